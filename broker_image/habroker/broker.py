@@ -175,6 +175,15 @@ class BrokerController:
 
     def topic_for_read(self, topic: str) -> TopicConfig:
         cfg = self.topics.get(topic)
+        if cfg is None and self.is_slave:
+            # Created on the master after our last metadata copy: the replicated consume queues
+            # are here already, so serve them, and copy the metadata now rather than later.
+            queue_ids = self.store.queue_ids(topic)
+            if self.slave_sync is not None:
+                self.slave_sync.trigger()
+            if queue_ids:
+                n = max(queue_ids) + 1
+                return TopicConfig(topic, n, n)
         if cfg is None:
             raise BrokerError("unknown_topic", f"topic {topic!r} does not exist", 404)
         return cfg

@@ -211,9 +211,11 @@ class BrokerConfig:
         cls,
         path: str | os.PathLike[str] | None = None,
         environ: Mapping[str, str] | None = None,
-        **overrides: Any,
+        overrides: Mapping[str, Any] | None = None,
+        **kwargs: Any,
     ) -> BrokerConfig:
-        """File, then ``HABROKER_*`` environment, then explicit overrides (tests, CLI)."""
+        """File, then ``HABROKER_*`` environment, then explicit overrides (CLI ``--set``, tests)."""
+        overrides = {**(overrides or {}), **kwargs}
         values: dict[str, str] = {}
         if path is not None:
             values.update(read_properties(Path(path)))

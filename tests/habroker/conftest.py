@@ -6,7 +6,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from habroker.local import LocalBroker, LocalGroup
 
 
@@ -28,7 +27,9 @@ def broker_factory(tmp_path: Path) -> Iterator:
 def group_factory(tmp_path: Path) -> Iterator:
     started: list[LocalGroup] = []
 
-    def make(name: str = "group", slaves: int = 1, mode: str = "ASYNC", start: bool = True, **config) -> LocalGroup:
+    def make(
+        name: str = "group", slaves: int = 1, mode: str = "ASYNC", start: bool = True, **config
+    ) -> LocalGroup:
         group = LocalGroup(tmp_path / name, slaves=slaves, mode=mode, **config)
         started.append(group)
         return group.start() if start else group

@@ -8,7 +8,6 @@ import time
 from collections import Counter
 
 import pytest
-
 from habroker.client import BrokerGroupReader, OutgoingMessage, Producer
 
 QUEUES = 4
@@ -22,7 +21,10 @@ def _produce(address: str, pid: int, acked: list, stop: threading.Event) -> None
     try:
         with Producer(address, timeout=5) as producer:
             while not stop.is_set():
-                msgs = [OutgoingMessage(f"{pid}:{seq + i}".encode(), keys=str(pid)) for i in range(BATCH)]
+                msgs = [
+                    OutgoingMessage(f"{pid}:{seq + i}".encode(), keys=str(pid))
+                    for i in range(BATCH)
+                ]
                 res = producer.send_batch("crash", msgs, queue_id=pid % QUEUES)
                 for i in range(BATCH):
                     acked.append((seq + i, res.queue_id, res.queue_offset + i))
@@ -33,14 +35,26 @@ def _produce(address: str, pid: int, acked: list, stop: threading.Event) -> None
 
 @pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
 def test_sigkill_under_load_loses_no_acknowledged_message(broker_factory, flush):
-    broker = broker_factory(mappedFileSizeCommitLog=128 * 1024, flushDiskType=flush,
-                            mappedFileSizeConsumeQueue=20 * 512)
-    assert broker.request("POST", "/v1/topics", {"topic": "crash", "readQueueNums": QUEUES,
-                                                 "writeQueueNums": QUEUES})[0] == 201
+    broker = broker_factory(
+        mappedFileSizeCommitLog=128 * 1024,
+        maxMessageSize=65536,
+        flushDiskType=flush,
+        mappedFileSizeConsumeQueue=20 * 512,
+    )
+    assert (
+        broker.request(
+            "POST",
+            "/v1/topics",
+            {"topic": "crash", "readQueueNums": QUEUES, "writeQueueNums": QUEUES},
+        )[0]
+        == 201
+    )
     stop = threading.Event()
     acked: dict[int, list] = {pid: [] for pid in range(PRODUCERS)}
-    threads = [threading.Thread(target=_produce, args=(broker.address, pid, acked[pid], stop))
-               for pid in range(PRODUCERS)]
+    threads = [
+        threading.Thread(target=_produce, args=(broker.address, pid, acked[pid], stop))
+        for pid in range(PRODUCERS)
+    ]
     for t in threads:
         t.start()
     deadline = time.monotonic() + 20
@@ -73,9 +87,15 @@ def test_sigkill_under_load_loses_no_acknowledged_message(broker_factory, flush)
     assert not duplicates, f"duplicated messages: {duplicates[:5]}"
     for pid, records in acked.items():
         for seq, qid, qoff in records:
-            assert found.get((qid, qoff)) == f"{pid}:{seq}".encode(), f"acknowledged {pid}:{seq} lost or moved"
+            assert found.get((qid, qoff)) == f"{pid}:{seq}".encode(), (
+                f"acknowledged {pid}:{seq} lost or moved"
+            )
         # in send order within the queue
-        mine = [int(body.split(b":")[1]) for (q, _), body in sorted(found.items()) if body.startswith(f"{pid}:".encode())]
+        mine = [
+            int(body.split(b":")[1])
+            for (q, _), body in sorted(found.items())
+            if body.startswith(f"{pid}:".encode())
+        ]
         assert mine == sorted(mine)
     # and the broker takes new writes after recovery
     with Producer(broker.address) as producer:

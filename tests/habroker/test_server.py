@@ -7,7 +7,6 @@ import urllib.request
 
 import pytest
 import yaml
-
 from habroker.client import BrokerAPIError, BrokerGroupReader, OutgoingMessage, Producer
 from habroker.client.sync import BrokerConnection
 from habroker.wire import BATCH_CONTENT_TYPE, encode_batch, encode_entry
@@ -16,13 +15,17 @@ from habroker.wire import BATCH_CONTENT_TYPE, encode_batch, encode_entry
 @pytest.fixture
 def broker(broker_factory):
     b = broker_factory(maxMessageSize=4096, mappedFileSizeCommitLog=65536, defaultTopicQueueNums=2)
-    assert b.request("POST", "/v1/topics", {"topic": "t", "readQueueNums": 2, "writeQueueNums": 2})[0] == 201
+    assert (
+        b.request("POST", "/v1/topics", {"topic": "t", "readQueueNums": 2, "writeQueueNums": 2})[0]
+        == 201
+    )
     return b
 
 
 def raw(broker, method, path, body=b"", headers=None):
-    req = urllib.request.Request(f"http://{broker.address}{path}", data=body or None, method=method,
-                                 headers=headers or {})
+    req = urllib.request.Request(
+        f"http://{broker.address}{path}", data=body or None, method=method, headers=headers or {}
+    )
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
             return resp.status, dict(resp.headers), resp.read()
@@ -33,7 +36,9 @@ def raw(broker, method, path, body=b"", headers=None):
 def test_produce_and_pull_round_trip(broker):
     with Producer(broker.address) as producer:
         first = producer.send("t", b"one", queue_id=1, tags="A", keys=["k1", "k2"])
-        batch = producer.send_batch("t", [OutgoingMessage(f"m{i}".encode(), tags="B") for i in range(40)], queue_id=1)
+        batch = producer.send_batch(
+            "t", [OutgoingMessage(f"m{i}".encode(), tags="B") for i in range(40)], queue_id=1
+        )
     assert first.status == "PUT_OK" and first.queue_offset == 0 and first.count == 1
     assert batch.queue_offset == 1 and batch.count == 40
     assert batch.commit_log_offset > first.commit_log_offset
@@ -61,7 +66,12 @@ def test_pull_statuses_and_json_view(broker):
         over = reader.pull("t", 0, 9)
         assert over.status == "OFFSET_OVERFLOW_BADLY" and over.next_begin_offset == 2
         assert reader.pull("t", 1, 0).status == "NO_MESSAGE_IN_QUEUE"
-    code, headers, body = raw(broker, "GET", "/v1/topics/t/queues/0/messages?offset=0", headers={"Accept": "application/json"})
+    code, headers, body = raw(
+        broker,
+        "GET",
+        "/v1/topics/t/queues/0/messages?offset=0",
+        headers={"Accept": "application/json"},
+    )
     assert code == 200 and headers["X-Pull-Status"] == "FOUND"
     data = yaml.safe_load(body)
     assert [m["body"] for m in data["messages"]] == ["YQ==", "Yg=="]
@@ -69,23 +79,71 @@ def test_pull_statuses_and_json_view(broker):
 
 BAD_REQUESTS = [
     # (description, path, body, content type, status, error code)
-    ("malformed batch", "/v1/topics/t/messages", b"\x00\x00\x00", BATCH_CONTENT_TYPE, 400, "bad_batch"),
-    ("lying total size", "/v1/topics/t/messages", struct.pack(">iiiii", 999, 0, 0, 0, 1) + b"x\x00\x00",
-     BATCH_CONTENT_TYPE, 400, "bad_batch"),
-    ("body over maxMessageSize", "/v1/topics/t/messages",
-     encode_batch([b"ok", b"x" * 5000]), BATCH_CONTENT_TYPE, 413, "message_too_large"),
-    ("unknown topic", "/v1/topics/nope/messages", encode_batch([b"x"]), BATCH_CONTENT_TYPE, 404, "unknown_topic"),
-    ("unknown queue", "/v1/topics/t/messages?queueId=7", encode_batch([b"x"]), BATCH_CONTENT_TYPE, 400,
-     "unknown_queue"),
-    ("bad queueId", "/v1/topics/t/messages?queueId=abc", encode_batch([b"x"]), BATCH_CONTENT_TYPE, 400,
-     "bad_request"),
-    ("wrong content type", "/v1/topics/t/messages", b'{"body": "x"}', "application/json", 415,
-     "unsupported_media_type"),
+    (
+        "malformed batch",
+        "/v1/topics/t/messages",
+        b"\x00\x00\x00",
+        BATCH_CONTENT_TYPE,
+        400,
+        "bad_batch",
+    ),
+    (
+        "lying total size",
+        "/v1/topics/t/messages",
+        struct.pack(">iiiii", 999, 0, 0, 0, 1) + b"x\x00\x00",
+        BATCH_CONTENT_TYPE,
+        400,
+        "bad_batch",
+    ),
+    (
+        "body over maxMessageSize",
+        "/v1/topics/t/messages",
+        encode_batch([b"ok", b"x" * 5000]),
+        BATCH_CONTENT_TYPE,
+        413,
+        "message_too_large",
+    ),
+    (
+        "unknown topic",
+        "/v1/topics/nope/messages",
+        encode_batch([b"x"]),
+        BATCH_CONTENT_TYPE,
+        404,
+        "unknown_topic",
+    ),
+    (
+        "unknown queue",
+        "/v1/topics/t/messages?queueId=7",
+        encode_batch([b"x"]),
+        BATCH_CONTENT_TYPE,
+        400,
+        "unknown_queue",
+    ),
+    (
+        "bad queueId",
+        "/v1/topics/t/messages?queueId=abc",
+        encode_batch([b"x"]),
+        BATCH_CONTENT_TYPE,
+        400,
+        "bad_request",
+    ),
+    (
+        "wrong content type",
+        "/v1/topics/t/messages",
+        b'{"body": "x"}',
+        "application/json",
+        415,
+        "unsupported_media_type",
+    ),
     ("empty batch", "/v1/topics/t/messages", b"", BATCH_CONTENT_TYPE, 400, "bad_batch"),
 ]
 
 
-@pytest.mark.parametrize(("desc", "path", "body", "ctype", "status", "code"), BAD_REQUESTS, ids=[r[0] for r in BAD_REQUESTS])
+@pytest.mark.parametrize(
+    ("desc", "path", "body", "ctype", "status", "code"),
+    BAD_REQUESTS,
+    ids=[r[0] for r in BAD_REQUESTS],
+)
 def test_bad_produce_writes_nothing(broker, desc, path, body, ctype, status, code):
     before = broker.status()["maxOffset"]
     got, _, data = raw(broker, "POST", path, body, {"Content-Type": ctype})
@@ -122,17 +180,28 @@ def test_offsets_topics_groups_and_admin(broker):
     with pytest.raises(BrokerAPIError) as exc:
         conn.json("PUT", "/v1/consumer-offsets/g1/t/1", {"offset": "x"})
     assert exc.value.code == "bad_request"
-    assert conn.json("PUT", "/v1/subscription-groups/g1", {"whichBrokerWhenConsumeSlowly": 2})["whichBrokerWhenConsumeSlowly"] == 2
+    assert (
+        conn.json("PUT", "/v1/subscription-groups/g1", {"whichBrokerWhenConsumeSlowly": 2})[
+            "whichBrokerWhenConsumeSlowly"
+        ]
+        == 2
+    )
     assert "g1" in conn.json("GET", "/v1/subscription-groups")["subscriptionGroupTable"]
     with pytest.raises(BrokerAPIError) as exc:
         conn.json("POST", "/v1/topics", {"topic": "bad name"})
     assert exc.value.code == "bad_topic"
-    assert conn.json("PATCH", "/v1/admin/config", {"slaveReadEnable": True}) == {"slaveReadEnable": "true"}
+    assert conn.json("PATCH", "/v1/admin/config", {"slaveReadEnable": True}) == {
+        "slaveReadEnable": "true"
+    }
     assert broker.status()["readPolicy"]["slaveReadEnable"] is True
     with pytest.raises(BrokerAPIError) as exc:
         conn.json("PATCH", "/v1/admin/config", {"listenPort": 1})
     assert exc.value.code == "not_runtime_key"
-    assert conn.json("GET", "/v1/admin/role") == {"role": "ASYNC_MASTER", "brokerId": 0, "brokerName": "broker-a"}
+    assert conn.json("GET", "/v1/admin/role") == {
+        "role": "ASYNC_MASTER",
+        "brokerId": 0,
+        "brokerName": "broker-a",
+    }
     with pytest.raises(BrokerAPIError) as exc:
         conn.json("PUT", "/v1/admin/master-address", {"haMasterAddress": "127.0.0.1:1"})
     assert exc.value.code == "not_slave"
@@ -154,7 +223,6 @@ def test_health_metrics_and_openapi(broker):
     assert code == 200 and spec["openapi"].startswith("3.")
     # every route the broker serves is documented, and nothing documented is missing
     from aiohttp import web
-
     from habroker.server import add_routes
 
     app = web.Application()
@@ -166,8 +234,15 @@ def test_health_metrics_and_openapi(broker):
 def test_entry_with_oversized_properties_is_refused(broker):
     props = b"K\x01" + b"v" * 33000 + b"\x02"
     # totalSize cannot even describe it with an int16 length: the batch itself is malformed
-    body = struct.pack(">iiiii", 22 + 1 + len(props), 0, 0, 0, 1) + b"x" + struct.pack(">h", -1) + props
-    code, _, data = raw(broker, "POST", "/v1/topics/t/messages", body, {"Content-Type": BATCH_CONTENT_TYPE})
+    body = (
+        struct.pack(">iiiii", 22 + 1 + len(props), 0, 0, 0, 1)
+        + b"x"
+        + struct.pack(">h", -1)
+        + props
+    )
+    code, _, data = raw(
+        broker, "POST", "/v1/topics/t/messages", body, {"Content-Type": BATCH_CONTENT_TYPE}
+    )
     assert code == 400 and yaml.safe_load(data)["error"] == "bad_batch"
     assert encode_entry(b"x")  # the good path still encodes
 

@@ -20,9 +20,7 @@ from habroker.ha.group_transfer import GroupTransferService
 from habroker.ha.ha_connection import HAConnection
 
 if TYPE_CHECKING:
-    from habroker.store.message_store import MessageStore, PutResult
-
-from habroker.store.message_store import PutStatus
+    from habroker.store import MessageStore, PutResult, PutStatus
 
 log = logging.getLogger(__name__)
 
