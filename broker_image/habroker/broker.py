@@ -96,7 +96,9 @@ class BrokerController:
         if self.is_slave:
             self.ha_client = HAClient(self.config, self.store)
             await self.ha_client.start()
-            self.master_http_address = self._default_master_http(self.config.haMasterAddress)
+            self.master_http_address = self.config.masterHttpAddress or self._default_master_http(
+                self.config.haMasterAddress
+            )
             self.slave_sync = SlaveSynchronize(self, interval=self.config.metaSyncInterval / 1000)
             self.slave_sync.start()
         else:
@@ -327,9 +329,11 @@ class BrokerController:
                 f"this broker is {self.role.value}; only a SLAVE has a master address",
                 409,
             )
-        self.config = dataclasses.replace(self.config, haMasterAddress=ha_address)
-        self.store.config = self.config
         self.master_http_address = http_address or self._default_master_http(ha_address)
+        self.config = dataclasses.replace(
+            self.config, haMasterAddress=ha_address, masterHttpAddress=self.master_http_address
+        )
+        self.store.config = self.config
         self.ha_client.set_master_address(ha_address)
         if self.slave_sync is not None:
             self.slave_sync.trigger()

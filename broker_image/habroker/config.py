@@ -62,6 +62,9 @@ class BrokerConfig:
     listenPort: int = 10911
     haListenPort: int = 10912
     haMasterAddress: str = ""
+    masterHttpAddress: str = (
+        ""  # habroker: master's HTTP API (metadata copy); default HA host + listenPort
+    )
     # store
     storePathRootDir: str = field(default_factory=_default_store_root)
     storePathCommitLog: str = ""
@@ -186,6 +189,8 @@ class BrokerConfig:
         parse_delete_when(self.deleteWhen)
         if self.haMasterAddress:
             parse_host_port(self.haMasterAddress, key="haMasterAddress")
+        if self.masterHttpAddress:
+            parse_host_port(self.masterHttpAddress, key="masterHttpAddress")
 
     # -- construction --------------------------------------------------------------------
     @classmethod
