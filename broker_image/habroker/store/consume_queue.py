@@ -99,6 +99,19 @@ class ConsumeQueue:
         """Write the unit for one record at index ``queue_offset``; False if it is a duplicate."""
         if offset + size <= self.max_physic_offset:
             return False
+        files = self.queue.files
+        if files:
+            mf = files[-1]
+            pos = mf.wrote_position
+            if pos < mf.file_size and mf.file_from_offset + pos == queue_offset * 20:
+                UNIT.pack_into(mf.mm, pos, offset, size, tags_code)
+                mf.wrote_position = pos + CQ_STORE_UNIT_SIZE
+                self.max_physic_offset = offset + size
+                return True
+        return self._put_unit_slow(offset, size, tags_code, queue_offset)
+
+    def _put_unit_slow(self, offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
+        """First unit of a queue, a new file, or a gap or overlap in queue offsets."""
         expect = queue_offset * CQ_STORE_UNIT_SIZE
         current = self.queue.max_offset
         created = not self.queue.files
