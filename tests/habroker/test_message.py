@@ -6,7 +6,6 @@ import struct
 import zlib
 
 import pytest
-
 from habroker.message import (
     BLANK_MAGIC,
     MAGIC_V1,
@@ -215,7 +214,7 @@ def test_encode_properties_trailing_separator() -> None:
         (b"K\x01v\x01w\x02", {"K": "v\x01w"}),  # value keeps later 0x01
         (b"K\x011\x02K\x012\x02", {"K": "2"}),  # last wins
         (b"\x02\x02K\x01v\x02\x02", {"K": "v"}),  # empty segments
-        ("ключ\x01значение\x02".encode(), {"ключ": "значение"}),
+        ("键\x01值\x02".encode(), {"键": "值"}),
     ],
 )
 def test_decode_properties_rule(raw: bytes, expected: dict[str, str]) -> None:

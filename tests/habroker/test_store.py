@@ -7,7 +7,6 @@ import os
 import struct
 
 import pytest
-
 from habroker.config import BrokerRole, FlushDiskType
 from habroker.message import decode_record, decode_records, tags_code
 from habroker.store import (

@@ -7,7 +7,6 @@ import struct
 from pathlib import Path
 
 import pytest
-
 from habroker.message import decode_records
 from habroker.store import GetMessageStatus, MessageStore, StoreError
 
@@ -122,7 +121,7 @@ async def test_crc_damage_in_an_older_file_truncates_there(tmp_path):
     assert len(files) >= 4
     victim = files[-2]  # recovery after a crash with an empty checkpoint scans from file 0
     records, _ = walk_file(victim.read_bytes())
-    pos, size = records[3]
+    pos, _size = records[3]
     data = bytearray(victim.read_bytes())
     data[pos + 100] ^= 0xFF
     victim.write_bytes(bytes(data))
