@@ -267,3 +267,27 @@ def test_checkpoint_layout(tmp_path):
     assert len(raw) == 4096
     assert struct.unpack_from(">qqqqq", raw) == (10_000, 8_000, 7, 11, 12)
     assert raw[40:] == bytes(4096 - 40)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [None, (0, -1, 5), (7, 140, -3), (300, 6000, 0), (1000, -8, 0), (1499, 0, 0), (5, 0, 9)],
+)
+def test_consume_queue_valid_prefix_matches_unit_scan(tmp_path, bad):
+    from habroker.store.consume_queue import UNIT, _valid_prefix, _valid_prefix_slow
+    from habroker.store.mapped_file import MappedFile
+
+    mf = MappedFile(tmp_path / "cq", 0, 20 * 2000, create=True)
+    try:
+        for i in range(1500):
+            UNIT.pack_into(mf.mm, i * 20, i * 256, 256 * (1 + i % 3), i % 5)
+        expected = 1500 * 20
+        if bad is not None:
+            index, offset, size = bad
+            UNIT.pack_into(mf.mm, index * 20, offset, size, 0)
+            if offset < 0 or size <= 0:
+                expected = index * 20
+        assert _valid_prefix_slow(mf) == expected
+        assert _valid_prefix(mf) == expected
+    finally:
+        mf.close()
