@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import struct
 from pathlib import Path
@@ -291,3 +292,59 @@ def test_consume_queue_valid_prefix_matches_unit_scan(tmp_path, bad):
         assert _valid_prefix(mf) == expected
     finally:
         mf.close()
+
+
+KILL_SCRIPT = """
+import asyncio, sys
+from tests.habroker.storeutil import entries, started
+
+async def main():
+    store = await started(__import__("pathlib").Path(sys.argv[1]))
+    i = 0
+    while True:
+        batch = entries(1 + i % 4, 300, seed=i)
+        res = store.put_messages("T", i % 3, batch, born_host=("1.2.3.4", 5))
+        print(i % 3, res.queue_offset + res.count, res.next_offset, flush=True)
+        i += 1
+        if i % 50 == 0:
+            await asyncio.sleep(0)
+
+asyncio.run(main())
+"""
+
+
+async def test_sigkill_mid_writes_loses_nothing_acknowledged(tmp_path):
+    import signal
+    import sys
+
+    root = tmp_path / "store"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        KILL_SCRIPT,
+        str(root),
+        stdout=asyncio.subprocess.PIPE,
+        cwd=str(Path(__file__).parents[2]),
+    )
+    assert proc.stdout is not None
+    acked: dict[int, int] = {}
+    last_end = 0
+    while last_end < 6 * FILE_SIZE:
+        line = await asyncio.wait_for(proc.stdout.readline(), 30)
+        assert line, "writer died"
+        q, count, end = map(int, line.split())
+        acked[q], last_end = count, end
+    proc.send_signal(signal.SIGKILL)
+    await proc.wait()
+    assert (root / "abort").exists()
+    store = await started(root)
+    try:
+        assert not store.last_exit_ok
+        assert store.max_phy_offset >= last_end
+        for q, count in acked.items():
+            assert store.max_offset_in_queue("T", q) >= count
+            res = store.get_messages("T", q, 0, 100_000, 1 << 30)
+            msgs = decode_records(b"".join(bytes(r) for r in res.records))
+            assert [m.queue_offset for m in msgs] == list(range(len(msgs)))
+    finally:
+        await store.shutdown()
