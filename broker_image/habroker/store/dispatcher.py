@@ -30,7 +30,7 @@ class ReputMessageService:
         self.last_store_timestamp = 0  # store time of the last record dispatched
 
     def behind(self) -> int:
-        return self.commit_log.max_offset - self.reput_from_offset
+        return max(0, self.commit_log.max_offset - self.reput_from_offset)
 
     def do_reput(self) -> int:
         """Dispatch every whole record from ``reput_from_offset`` to the readable end."""
@@ -65,6 +65,10 @@ class ReputMessageService:
                         count += 1
                         pos += size
                     elif size == 0:  # BLANK: on to the next file
+                        if wrote < mf.file_size:
+                            # a slave has the marker but not yet all of its filler
+                            self.reput_from_offset = mf.file_from_offset + pos
+                            return count
                         pos = mf.file_size
                     elif size > 0:
                         log.error(

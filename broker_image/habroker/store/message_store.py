@@ -118,7 +118,7 @@ class MessageStore:
     def _start_services(self) -> None:
         cfg = self.config
         cl = self.commit_log
-        if cfg.flushDiskType is FlushDiskType.SYNC_FLUSH:
+        if cfg.flushDiskType == FlushDiskType.SYNC_FLUSH:
             self.group_commit = GroupCommitService(cl, self._flush_commit_log)
             self._services.append(self.group_commit)
             # a slave or WAIT=false producers still need their bytes synced eventually
@@ -255,7 +255,7 @@ class MessageStore:
 
     # -- dispatch ------------------------------------------------------------------------------
     def _is_slave(self) -> bool:
-        return self.config.brokerRole is BrokerRole.SLAVE
+        return self.config.brokerRole == BrokerRole.SLAVE
 
     def _dispatch(self, req: DispatchRequest) -> None:
         tran = req.sys_flag & TRANSACTION_TYPE_MASK
@@ -300,7 +300,7 @@ class MessageStore:
         """
         if not self._running:
             raise StoreNotWritable("the store is not running")
-        if self.config.brokerRole is BrokerRole.SLAVE:
+        if self.config.brokerRole == BrokerRole.SLAVE:
             raise StoreNotWritable("a SLAVE store only takes replicated bytes")
         if not entries:
             raise StoreError("an empty batch has nothing to store")
@@ -380,10 +380,10 @@ class MessageStore:
     async def wait_flushed(self, offset: int, timeout: float) -> bool:  # noqa: ASYNC109
         """SYNC_FLUSH: True once bytes up to ``offset`` are on disk (group commit); False on
         timeout.  ASYNC_FLUSH: True at once."""
-        if self.config.flushDiskType is not FlushDiskType.SYNC_FLUSH or self.group_commit is None:
-            return self.config.flushDiskType is not FlushDiskType.SYNC_FLUSH or (
-                self.commit_log.flushed_offset >= offset
-            )
+        if self.config.flushDiskType != FlushDiskType.SYNC_FLUSH:
+            return True
+        if self.group_commit is None:
+            return self.commit_log.flushed_offset >= offset
         return await self.group_commit.wait(offset, timeout)
 
     # -- read path -----------------------------------------------------------------------------
@@ -578,6 +578,12 @@ class MessageStore:
                 await asyncio.wait_for(self._new_data.wait(), remaining)
 
     # -- flushing ------------------------------------------------------------------------------
+    async def flush(self) -> int:
+        """Sync the commit log and every consume queue now; returns the flushed offset."""
+        await self._flush_commit_log()
+        await self._flush_consume_queues()
+        return self.flushed_offset
+
     async def _flush_commit_log(self) -> None:
         """fdatasync the commit log; the checkpoint learns the store time now durable."""
         offset, store_ts = self.reput.reput_from_offset, self.reput.last_store_timestamp
