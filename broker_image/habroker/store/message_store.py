@@ -100,6 +100,7 @@ class MessageStore:
             return
         self.root.mkdir(parents=True, exist_ok=True)
         self._take_lock()
+        self.config.commit_log_dir.mkdir(parents=True, exist_ok=True)
         try:
             self.checkpoint = StoreCheckpoint(self.root / "checkpoint")
             abort = self.root / "abort"
