@@ -115,11 +115,7 @@ class BrokerConfig:
 
     @property
     def commit_log_dir(self) -> Path:
-        return (
-            Path(self.storePathCommitLog)
-            if self.storePathCommitLog
-            else self.store_root / "commitlog"
-        )
+        return Path(self.storePathCommitLog) if self.storePathCommitLog else self.store_root / "commitlog"
 
     @property
     def consume_queue_dir(self) -> Path:
@@ -143,15 +139,11 @@ class BrokerConfig:
         if self.brokerId < 0:
             raise ConfigError(f"brokerId={self.brokerId}: must be >= 0")
         if self.brokerRole.is_master and self.brokerId != 0:
-            raise ConfigError(
-                f"brokerId={self.brokerId}: a master ({self.brokerRole.value}) has brokerId 0"
-            )
+            raise ConfigError(f"brokerId={self.brokerId}: a master ({self.brokerRole.value}) has brokerId 0")
         if self.brokerRole is BrokerRole.SLAVE and self.brokerId == 0:
             raise ConfigError("brokerId=0: a SLAVE needs a brokerId >= 1")
         if self.mappedFileSizeCommitLog < 4096:
-            raise ConfigError(
-                f"mappedFileSizeCommitLog={self.mappedFileSizeCommitLog}: at least 4096"
-            )
+            raise ConfigError(f"mappedFileSizeCommitLog={self.mappedFileSizeCommitLog}: at least 4096")
         if self.mappedFileSizeConsumeQueue < 20 or self.mappedFileSizeConsumeQueue % 20:
             raise ConfigError(
                 f"mappedFileSizeConsumeQueue={self.mappedFileSizeConsumeQueue}: a positive multiple of 20"
@@ -166,19 +158,10 @@ class BrokerConfig:
                 f"haTransferBatchSize={self.haTransferBatchSize}: 1..4194292 (a slave's 4 MiB frame limit)"
             )
         if not 0 <= self.accessMessageInMemoryMaxRatio <= 100:
-            raise ConfigError(
-                f"accessMessageInMemoryMaxRatio={self.accessMessageInMemoryMaxRatio}: 0..100"
-            )
-        for key in (
-            "flushIntervalCommitLog",
-            "flushIntervalConsumeQueue",
-            "haSendHeartbeatInterval",
-            "haHousekeepingInterval",
-            "syncFlushTimeout",
-            "cleanResourceInterval",
-            "metaSyncInterval",
-            "defaultTopicQueueNums",
-        ):
+            raise ConfigError(f"accessMessageInMemoryMaxRatio={self.accessMessageInMemoryMaxRatio}: 0..100")
+        for key in ("flushIntervalCommitLog", "flushIntervalConsumeQueue", "haSendHeartbeatInterval",
+                    "haHousekeepingInterval", "syncFlushTimeout", "cleanResourceInterval",
+                    "metaSyncInterval", "defaultTopicQueueNums"):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"{key}={getattr(self, key)}: must be positive")
         if self.fileReservedTime < 0:
@@ -207,12 +190,8 @@ class BrokerConfig:
         return cls(**kwargs)
 
     @classmethod
-    def load(
-        cls,
-        path: str | os.PathLike[str] | None = None,
-        environ: Mapping[str, str] | None = None,
-        **overrides: Any,
-    ) -> BrokerConfig:
+    def load(cls, path: str | os.PathLike[str] | None = None,
+             environ: Mapping[str, str] | None = None, **overrides: Any) -> BrokerConfig:
         """File, then ``HABROKER_*`` environment, then explicit overrides (tests, CLI)."""
         values: dict[str, str] = {}
         if path is not None:
@@ -220,7 +199,7 @@ class BrokerConfig:
         env = os.environ if environ is None else environ
         for name, value in env.items():
             if name.startswith(ENV_PREFIX):
-                values[name[len(ENV_PREFIX) :]] = value
+                values[name[len(ENV_PREFIX):]] = value
         values.update({k: _to_text(v) for k, v in overrides.items()})
         return cls.from_mapping(values, source=str(path) if path else "config")
 
