@@ -5,6 +5,7 @@
 set -euo pipefail
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PYTHON="${E2E_PYTHON:-python3}"
+export KUBECACHEDIR="$E2E_DIR/.cluster/kube-cache"  # keep kubectl's cache out of ~/.kube
 t0=$SECONDS
 
 teardown() {

@@ -81,13 +81,14 @@ log "kubernetes built in $((SECONDS - start))s"
 
 # --- CoreDNS and helm: plain `go install` with GOBIN pointed at our dir.
 t=$SECONDS
-GOBIN="$BIN_DIR" "${NICE[@]}" go install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@$COREDNS_VERSION" ||
-  die "CoreDNS build failed"
+GOBIN="$BIN_DIR" "${NICE[@]}" go install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@$COREDNS_VERSION" \
+  >"$E2E_CACHE_DIR/coredns-build.log" 2>&1 || { tail -20 "$E2E_CACHE_DIR/coredns-build.log" >&2; die "CoreDNS build failed"; }
 log "coredns built in $((SECONDS - t))s"
 t=$SECONDS
 GOBIN="$BIN_DIR" "${NICE[@]}" go install -trimpath \
   -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
-  "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" || die "helm build failed"
+  "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" >"$E2E_CACHE_DIR/helm-build.log" 2>&1 ||
+  { tail -20 "$E2E_CACHE_DIR/helm-build.log" >&2; die "helm build failed"; }
 log "helm built in $((SECONDS - t))s"
 
 # --- pause: our own tiny sandbox process (no image can be pulled here).

@@ -57,8 +57,8 @@ ip link show "$NODE_IF" >/dev/null 2>&1 && ip link del "$NODE_IF"
 rc=0
 if [[ -d $SAVE_DIR ]]; then
   log "restoring host state"
-  python3 "$CLUSTER_SCRIPTS/hoststate.py" restore "$SAVE_DIR" || rc=$?
-  ((rc == 0)) && rm -rf "$SAVE_DIR"
+  python3 "$CLUSTER_SCRIPTS/hoststate.py" restore "$SAVE_DIR" --cluster-dir "$E2E_CLUSTER_DIR" || rc=$?
+  ((rc == 0)) && rm -rf "$SAVE_DIR" && log "host state restored"
 fi
 
 # 6. Cluster state (etcd, containerd root, pod data); binaries, PKI, logs stay.

@@ -10,6 +10,7 @@ added meanwhile survive, then reports any remaining difference.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -39,6 +40,10 @@ SYSCTLS = [
 OUR_CHAIN = re.compile(r"^(KUBE-|CNI-)")
 OUR_TABLES = {"kube-proxy"}
 NETNS_DIR = Path("/var/run/netns")
+# Host paths the kubelet, containerd and libcni use whatever their root dirs
+# (device-plugin socket, log symlinks, CNI result cache, shim sockets).
+HOST_PATHS = ["/var/lib/kubelet", "/var/log/containers", "/var/lib/cni", "/run/containerd"]
+CNI_NETWORK = "bg-e2e"  # our conflist's name; libcni names its cache files after it
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 Obj = dict[str, Any]
@@ -87,6 +92,33 @@ def save(d: Path) -> None:
     netns = sorted(os.listdir(NETNS_DIR)) if NETNS_DIR.exists() else None
     (d / "netns.json").write_text(json.dumps(netns))
     (d / "cgroups.json").write_text(json.dumps(kubepods_cgroups()))
+    (d / "paths.json").write_text(json.dumps({p: os.path.lexists(p) for p in HOST_PATHS}))
+
+
+def remove_host_paths(d: Path, cluster_dir: Path) -> None:
+    """Remove what our cluster left in shared host paths; remove the paths
+    themselves only if they did not exist before `up`."""
+    results = Path("/var/lib/cni/results")
+    if results.is_dir():
+        for f in results.glob(f"{CNI_NETWORK}-*"):
+            f.unlink(missing_ok=True)
+    logs = Path("/var/log/containers")
+    if logs.is_dir():
+        for link in logs.iterdir():
+            if link.is_symlink() and str(os.readlink(link)).startswith(str(cluster_dir)):
+                link.unlink()
+    saved = d / "paths.json"
+    existed: dict[str, bool] = json.loads(saved.read_text()) if saved.exists() else {}
+    for path, was_there in existed.items():
+        p = Path(path)
+        if was_there or not p.exists() or os.path.ismount(p):
+            continue
+        if path == "/run/containerd":  # shared with any other containerd: only empty dirs
+            for root, _dirs, _files in sorted(os.walk(p), key=lambda w: -w[0].count("/")):
+                with contextlib.suppress(OSError):
+                    os.rmdir(root)
+        else:
+            shutil.rmtree(p, ignore_errors=True)
 
 
 def _key(o: Obj) -> tuple[str, str, str]:
@@ -101,23 +133,18 @@ def _jumps_to_ours(rule: Obj) -> bool:
     return False
 
 
-def _q(name: str) -> str:
-    return '"' + name + '"'
-
-
 def nft_cleanup(before: list[Obj]) -> None:
     """Delete Kubernetes/CNI tables, chains and rules; then tables that were
     absent before and are now empty (iptables-nft creates filter/nat/mangle)."""
     tables_before = {(t["table"]["family"], t["table"]["name"]) for t in before if "table" in t}
     now = nft_ruleset()
-    cmds: list[str] = []
+    cmds: list[Obj] = []
     gone: set[tuple[str, str]] = set()
     for item in now:
-        if "table" in item:
-            t = item["table"]
-            if t["name"] in OUR_TABLES and (t["family"], t["name"]) not in tables_before:
-                cmds.append(f"delete table {t['family']} {_q(t['name'])}")
-                gone.add((t["family"], t["name"]))
+        t = item.get("table")
+        if t and t["name"] in OUR_TABLES and (t["family"], t["name"]) not in tables_before:
+            cmds.append({"delete": {"table": {"family": t["family"], "name": t["name"]}}})
+            gone.add((t["family"], t["name"]))
     ours = [i["chain"] for i in now if "chain" in i and OUR_CHAIN.match(i["chain"]["name"])]
     ours = [c for c in ours if (c["family"], c["table"]) not in gone]
     for item in now:
@@ -125,30 +152,33 @@ def nft_cleanup(before: list[Obj]) -> None:
         if r is None or (r["family"], r["table"]) in gone or OUR_CHAIN.match(r["chain"]):
             continue
         if _jumps_to_ours(r):
-            cmds.append(f"delete rule {r['family']} {_q(r['table'])} {_q(r['chain'])} handle {r['handle']}")
-    cmds += [f"flush chain {c['family']} {_q(c['table'])} {_q(c['name'])}" for c in ours]
-    cmds += [f"delete chain {c['family']} {_q(c['table'])} {_q(c['name'])}" for c in ours]
+            ref = {k: r[k] for k in ("family", "table", "chain", "handle")}
+            cmds.append({"delete": {"rule": ref}})
+    refs = [{k: c[k] for k in ("family", "table", "name")} for c in ours]
+    cmds += [{"flush": {"chain": ref}} for ref in refs]
+    cmds += [{"delete": {"chain": ref}} for ref in refs]
     _nft_batch(cmds)
 
     now = nft_ruleset()
     busy = {(i["rule"]["family"], i["rule"]["table"]) for i in now if "rule" in i}
     busy |= {(v["family"], v["table"]) for i in now for k, v in i.items() if k in ("set", "map", "flowtable")}
-    empty = [
-        i["table"]
-        for i in now
-        if "table" in i
-        and (i["table"]["family"], i["table"]["name"]) not in tables_before
-        and (i["table"]["family"], i["table"]["name"]) not in busy
-    ]
-    _nft_batch([f"delete table {t['family']} {_q(t['name'])}" for t in empty])
+    _nft_batch(
+        [
+            {"delete": {"table": {"family": t["family"], "name": t["name"]}}}
+            for t in (i["table"] for i in now if "table" in i)
+            if (t["family"], t["name"]) not in tables_before | busy
+        ]
+    )
 
 
-def _nft_batch(cmds: list[str]) -> None:
+def _nft_batch(cmds: list[Obj]) -> None:
+    """Run nft commands as one JSON batch (atomic: all or nothing)."""
     if not cmds:
         return
-    res = subprocess.run(["nft", "-f", "-"], input="\n".join(cmds) + "\n", capture_output=True, text=True)
+    batch = json.dumps({"nftables": cmds})
+    res = subprocess.run(["nft", "-j", "-f", "-"], input=batch, capture_output=True, text=True)
     if res.returncode != 0:
-        print(f"hoststate: nft cleanup failed: {res.stderr.strip()}", file=sys.stderr)
+        print(f"hoststate: nft cleanup failed: {res.stderr.strip()[:500]}", file=sys.stderr)
 
 
 def _normalized(items: list[Obj]) -> list[str]:
@@ -164,7 +194,7 @@ def _normalized(items: list[Obj]) -> list[str]:
     return sorted(json.dumps(strip(i), sort_keys=True) for i in items)
 
 
-def restore(d: Path) -> int:
+def restore(d: Path, cluster_dir: Path) -> int:
     """Put the saved state back; return the number of differences left."""
     if not (d / "sysctl.json").exists():
         print("hoststate: nothing saved, nothing to restore", file=sys.stderr)
@@ -205,6 +235,8 @@ def restore(d: Path) -> int:
         if netns_saved is None and not os.listdir(NETNS_DIR):
             NETNS_DIR.rmdir()
 
+    remove_host_paths(d, cluster_dir)
+
     cg_before = set(json.loads((d / "cgroups.json").read_text()))
     for top in kubepods_cgroups():
         if top in cg_before:
@@ -223,11 +255,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("action", choices=["save", "restore"])
     ap.add_argument("dir", type=Path)
+    ap.add_argument("--cluster-dir", type=Path, default=None, help="the cluster's state dir (restore)")
     args = ap.parse_args()
     if args.action == "save":
         save(args.dir)
     else:
-        sys.exit(1 if restore(args.dir) else 0)
+        cluster_dir = args.cluster_dir or args.dir.resolve().parent
+        sys.exit(1 if restore(args.dir, cluster_dir) else 0)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ podman_() {
   [[ -f $CONF_DIR/containers.conf ]] || printf '[containers]\ndefault_ulimits = []\n' >"$CONF_DIR/containers.conf"
   CONTAINERS_CONF="$CONF_DIR/containers.conf" podman \
     --root "$PODMAN_DIR/storage" --runroot "$PODMAN_DIR/run" --tmpdir "$PODMAN_DIR/tmp" \
-    --storage-driver overlay --runtime runc --cgroup-manager cgroupfs --events-backend none "$@"
+    --storage-driver overlay --runtime runc --runtime-flag "root=$PODMAN_DIR/runc" --cgroup-manager cgroupfs --events-backend none "$@"
 }
 
 ctr_() { ctr --address "$CTRD_SOCK" -n k8s.io "$@"; }

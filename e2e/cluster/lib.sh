@@ -26,6 +26,8 @@ DATA_DIR="$E2E_CLUSTER_DIR/data"    # etcd, containerd, kubelet, volumes
 CONF_DIR="$E2E_CLUSTER_DIR/conf"
 SAVE_DIR="$E2E_CLUSTER_DIR/host-saved"  # host state saved by `up`, restored by `down`
 KUBECONFIG_ADMIN="$E2E_CLUSTER_DIR/kubeconfig"
+# kubectl's discovery cache stays with the cluster instead of ~/.kube.
+export KUBECACHEDIR="$E2E_CLUSTER_DIR/kube-cache"
 
 # Addresses. The node address lives on a dummy interface the scripts create;
 # 10.201.0.0/24 is a private range nothing else here uses. Pods use their own
@@ -89,6 +91,14 @@ start_daemon() {
   echo $! >"$(pid_file "$name")"
 }
 
+# alive PID : running and not a zombie (our daemons are reparented to init,
+# which may reap them late).
+alive() {
+  local state
+  state="$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" || return 1
+  [[ -n $state && $state != Z ]]
+}
+
 # stop NAME [TERM_WAIT_SECONDS] : SIGTERM, wait, then SIGKILL; only our pid.
 stop_daemon() {
   local name=$1 wait=${2:-10} f pid i
@@ -102,14 +112,14 @@ stop_daemon() {
   if [[ $wait -gt 0 ]]; then
     kill -TERM "$pid" 2>/dev/null || true
     for ((i = 0; i < wait * 10; i++)); do
-      kill -0 "$pid" 2>/dev/null || break
+      alive "$pid" || break
       sleep 0.1
     done
   fi
-  if kill -0 "$pid" 2>/dev/null; then
+  if alive "$pid"; then
     kill -KILL "$pid" 2>/dev/null || true
     for ((i = 0; i < 50; i++)); do
-      kill -0 "$pid" 2>/dev/null || break
+      alive "$pid" || break
       sleep 0.1
     done
   fi
