@@ -344,7 +344,13 @@ def statefulset(
             "spec": {
                 "terminationGracePeriodSeconds": 30,
                 "enableServiceLinks": False,
-                "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                # The habroker image runs as uid 10001; fsGroup makes the volume writable for it.
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "fsGroup": 10001,
+                    "fsGroupChangePolicy": "OnRootMismatch",
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
                 "containers": [_container(spec, component, cluster_domain)],
                 "volumes": volumes,
             },
