@@ -13,6 +13,7 @@ on its next tick.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -40,6 +41,8 @@ from .spec import GroupSpec, SpecError, parse_spec
 from .status import PodInfo, status_patch
 from .sweep import GroupState, invalid_status, now_iso, sweep
 
+#: one DEBUG line per group sweep (``brokergroup-operator --log-sweeps``)
+SWEEP_LOG = logging.getLogger("brokergroup_operator.sweeps")
 # The timer interval is fixed when the decorator runs, so it is read at import.
 SETTINGS = Settings.from_env()
 GroupKey = tuple[str, str]
@@ -240,6 +243,7 @@ async def poll_group(
     async def delete_pod(pod: str) -> bool:
         return await runtime.kube.delete_pod(namespace, pod)
 
+    started = time.monotonic()
     result = await sweep(
         brokers=runtime.brokers,
         settings=runtime.settings,
@@ -257,3 +261,11 @@ async def poll_group(
     changes = status_patch(previous, result.status)
     if changes:
         patch.status.update(changes)
+    # parsed by bench/operator_scale.py: how long one group's sweep takes
+    SWEEP_LOG.debug(
+        "sweep %s/%s done in %.1f ms (status %s)",
+        namespace,
+        name,
+        (time.monotonic() - started) * 1000,
+        "changed" if changes else "unchanged",
+    )
