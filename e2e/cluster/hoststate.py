@@ -220,20 +220,35 @@ def restore(d: Path, cluster_dir: Path) -> int:
     before: list[Obj] = json.loads((d / "nft.json").read_text())
     if shutil.which("nft"):
         nft_cleanup(before)
-        added = set(_normalized(nft_ruleset())) - set(_normalized(before))
-        removed = set(_normalized(before)) - set(_normalized(nft_ruleset()))
+        after = nft_ruleset()
+        # Ours left over is a failure; anything else that differs was done by
+        # someone else meanwhile, so it is only reported.
+        left = [
+            json.dumps(i)[:200]
+            for i in after
+            if ("table" in i and i["table"]["name"] in OUR_TABLES)
+            or ("chain" in i and OUR_CHAIN.match(i["chain"]["name"]))
+        ]
+        for line in left:
+            print(f"hoststate: Kubernetes/CNI netfilter object left: {line}", file=sys.stderr)
+        problems += len(left)
+        added = set(_normalized(after)) - set(_normalized(before))
+        removed = set(_normalized(before)) - set(_normalized(after))
         for line in sorted(added):
             print(
-                f"hoststate: nftables has something new (left alone): {line[:200]}", file=sys.stderr
+                f"hoststate: note: nftables has something new, not ours: {line[:200]}",
+                file=sys.stderr,
             )
         for line in sorted(removed):
-            print(f"hoststate: nftables lost something since up: {line[:200]}", file=sys.stderr)
-        problems += len(added) + len(removed)
-    if legacy_rules() != (d / "iptables-legacy.txt").read_text():
-        print(
-            "hoststate: iptables-legacy rules differ from before up (left alone)", file=sys.stderr
-        )
-        problems += 1
+            print(
+                f"hoststate: note: nftables lost something since up: {line[:200]}", file=sys.stderr
+            )
+    legacy = legacy_rules()
+    if legacy != (d / "iptables-legacy.txt").read_text():
+        ours = [ln for ln in legacy.splitlines() if re.search(r"\b(KUBE|CNI)-", ln)]
+        for line in ours:
+            print(f"hoststate: iptables-legacy rule left (ours?): {line}", file=sys.stderr)
+        problems += len(ours)
 
     netns_saved: list[str] | None = json.loads((d / "netns.json").read_text())
     netns_before = set(netns_saved or [])

@@ -227,6 +227,8 @@ wait_for "CoreDNS ready" 60 curl -sf http://127.0.0.1:18181/ready
 wait_for "default service account" 60 kubectl_admin -n default get serviceaccount default
 
 # Locally built images (if `make images` ran before) load into the fresh containerd.
-bash "$CLUSTER_SCRIPTS/images.sh" load-cached
+if [[ ${E2E_LOAD_CACHED_IMAGES:-1} == 1 ]]; then
+  bash "$CLUSTER_SCRIPTS/images.sh" load-cached
+fi
 
 log "cluster up in $((SECONDS - start))s; export KUBECONFIG=$KUBECONFIG_ADMIN"
