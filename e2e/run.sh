@@ -22,7 +22,7 @@ teardown() {
 trap teardown EXIT
 
 t=$SECONDS
-bash "$E2E_DIR/cluster/up.sh"
+E2E_LOAD_CACHED_IMAGES=0 bash "$E2E_DIR/cluster/up.sh"  # images.sh loads fresh ones
 echo "e2e: bring-up $((SECONDS - t))s"
 t=$SECONDS
 bash "$E2E_DIR/cluster/images.sh" all

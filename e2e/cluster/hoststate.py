@@ -65,7 +65,9 @@ def read_sysctls() -> dict[str, str]:
 def nft_ruleset() -> list[Obj]:
     if shutil.which("nft") is None:
         return []
-    res = subprocess.run(["nft", "-j", "list", "ruleset"], capture_output=True, text=True, check=True)
+    res = subprocess.run(
+        ["nft", "-j", "list", "ruleset"], capture_output=True, text=True, check=True
+    )
     items: list[Obj] = json.loads(res.stdout or '{"nftables": []}')["nftables"]
     return [i for i in items if "metainfo" not in i]
 
@@ -121,10 +123,6 @@ def remove_host_paths(d: Path, cluster_dir: Path) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
-def _key(o: Obj) -> tuple[str, str, str]:
-    return (o["family"], o.get("table", o["name"]), o["name"])
-
-
 def _jumps_to_ours(rule: Obj) -> bool:
     for e in rule.get("expr", []):
         for verdict in ("jump", "goto"):
@@ -161,7 +159,12 @@ def nft_cleanup(before: list[Obj]) -> None:
 
     now = nft_ruleset()
     busy = {(i["rule"]["family"], i["rule"]["table"]) for i in now if "rule" in i}
-    busy |= {(v["family"], v["table"]) for i in now for k, v in i.items() if k in ("set", "map", "flowtable")}
+    busy |= {
+        (v["family"], v["table"])
+        for i in now
+        for k, v in i.items()
+        if k in ("set", "map", "flowtable")
+    }
     _nft_batch(
         [
             {"delete": {"table": {"family": t["family"], "name": t["name"]}}}
@@ -186,7 +189,11 @@ def _normalized(items: list[Obj]) -> list[str]:
 
     def strip(x: Any) -> Any:
         if isinstance(x, dict):
-            return {k: strip(v) for k, v in x.items() if k not in ("handle", "counter", "packets", "bytes")}
+            return {
+                k: strip(v)
+                for k, v in x.items()
+                if k not in ("handle", "counter", "packets", "bytes")
+            }
         if isinstance(x, list):
             return [strip(v) for v in x]
         return x
@@ -213,16 +220,35 @@ def restore(d: Path, cluster_dir: Path) -> int:
     before: list[Obj] = json.loads((d / "nft.json").read_text())
     if shutil.which("nft"):
         nft_cleanup(before)
-        added = set(_normalized(nft_ruleset())) - set(_normalized(before))
-        removed = set(_normalized(before)) - set(_normalized(nft_ruleset()))
+        after = nft_ruleset()
+        # Ours left over is a failure; anything else that differs was done by
+        # someone else meanwhile, so it is only reported.
+        left = [
+            json.dumps(i)[:200]
+            for i in after
+            if ("table" in i and i["table"]["name"] in OUR_TABLES)
+            or ("chain" in i and OUR_CHAIN.match(i["chain"]["name"]))
+        ]
+        for line in left:
+            print(f"hoststate: Kubernetes/CNI netfilter object left: {line}", file=sys.stderr)
+        problems += len(left)
+        added = set(_normalized(after)) - set(_normalized(before))
+        removed = set(_normalized(before)) - set(_normalized(after))
         for line in sorted(added):
-            print(f"hoststate: nftables has something new (left alone): {line[:200]}", file=sys.stderr)
+            print(
+                f"hoststate: note: nftables has something new, not ours: {line[:200]}",
+                file=sys.stderr,
+            )
         for line in sorted(removed):
-            print(f"hoststate: nftables lost something since up: {line[:200]}", file=sys.stderr)
-        problems += len(added) + len(removed)
-    if legacy_rules() != (d / "iptables-legacy.txt").read_text():
-        print("hoststate: iptables-legacy rules differ from before up (left alone)", file=sys.stderr)
-        problems += 1
+            print(
+                f"hoststate: note: nftables lost something since up: {line[:200]}", file=sys.stderr
+            )
+    legacy = legacy_rules()
+    if legacy != (d / "iptables-legacy.txt").read_text():
+        ours = [ln for ln in legacy.splitlines() if re.search(r"\b(KUBE|CNI)-", ln)]
+        for line in ours:
+            print(f"hoststate: iptables-legacy rule left (ours?): {line}", file=sys.stderr)
+        problems += len(ours)
 
     netns_saved: list[str] | None = json.loads((d / "netns.json").read_text())
     netns_before = set(netns_saved or [])
@@ -255,7 +281,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("action", choices=["save", "restore"])
     ap.add_argument("dir", type=Path)
-    ap.add_argument("--cluster-dir", type=Path, default=None, help="the cluster's state dir (restore)")
+    ap.add_argument(
+        "--cluster-dir", type=Path, default=None, help="the cluster's state dir (restore)"
+    )
     args = ap.parse_args()
     if args.action == "save":
         save(args.dir)

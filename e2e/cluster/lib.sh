@@ -131,7 +131,10 @@ wait_for() {
   local desc=$1 secs=$2; shift 2
   local deadline=$((SECONDS + secs))
   until "$@" >/dev/null 2>&1; do
-    ((SECONDS < deadline)) || die "timed out after ${secs}s waiting for $desc"
+    if ((SECONDS >= deadline)); then
+      [[ -f $LOG_DIR/${desc%% *}.log ]] && tail -15 "$LOG_DIR/${desc%% *}.log" >&2
+      die "timed out after ${secs}s waiting for $desc (logs: $LOG_DIR)"
+    fi
     sleep 0.5
   done
 }

@@ -61,7 +61,9 @@ def wants_volume(pvc: Obj, classes: dict[str, Obj]) -> Obj | None:
         return None
     if meta.get("deletionTimestamp") or spec.get("volumeMode", "Filesystem") != "Filesystem":
         return None
-    if sc.get("volumeBindingMode") == "WaitForFirstConsumer" and SELECTED_NODE not in meta.get("annotations", {}):
+    if sc.get("volumeBindingMode") == "WaitForFirstConsumer" and SELECTED_NODE not in meta.get(
+        "annotations", {}
+    ):
         return None
     return sc
 
@@ -93,7 +95,15 @@ def provision(api: Api, pvc: Obj, sc: Obj, volumes: Path, node: str) -> None:
             "nodeAffinity": {
                 "required": {
                     "nodeSelectorTerms": [
-                        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}
+                        {
+                            "matchExpressions": [
+                                {
+                                    "key": "kubernetes.io/hostname",
+                                    "operator": "In",
+                                    "values": [node],
+                                }
+                            ]
+                        }
                     ]
                 }
             },

@@ -12,6 +12,19 @@ for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube
 done
 [[ -d /usr/lib/cni && -x /usr/lib/cni/bridge ]] || die "CNI plugins missing in /usr/lib/cni (Debian containernetworking-plugins)"
 
+DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy coredns provisioner)
+running=0
+for d in "${DAEMONS[@]}"; do is_running "$d" && running=$((running + 1)); done
+if ((running == ${#DAEMONS[@]})) && kubectl_admin get --raw /readyz >/dev/null 2>&1; then
+  log "cluster already up; export KUBECONFIG=$KUBECONFIG_ADMIN"
+  exit 0
+fi
+if ((running == 0)) && [[ -d $DATA_DIR || -d $SAVE_DIR ]]; then
+  # Left by a run whose processes died (a session ended): put the host back first.
+  log "cleaning up state left by an earlier run"
+  bash "$CLUSTER_SCRIPTS/down.sh"
+fi
+
 start=$SECONDS
 bash "$CLUSTER_SCRIPTS/pki.sh"
 mkdir -p "$RUN_DIR" "$LOG_DIR" "$DATA_DIR" "$CONF_DIR"
@@ -221,12 +234,14 @@ start_daemon provisioner python3 "$CLUSTER_SCRIPTS/provisioner.py" \
 node_ready() {
   kubectl_admin get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -qx True
 }
-wait_for "node $NODE_NAME Ready" 120 node_ready
+wait_for "kubelet (node $NODE_NAME Ready)" 120 node_ready
 wait_for "kube-proxy healthz" 60 curl -sf http://127.0.0.1:10256/healthz
-wait_for "CoreDNS ready" 60 curl -sf http://127.0.0.1:18181/ready
-wait_for "default service account" 60 kubectl_admin -n default get serviceaccount default
+wait_for "coredns ready" 60 curl -sf http://127.0.0.1:18181/ready
+wait_for "kube-controller-manager (default service account)" 60 kubectl_admin -n default get serviceaccount default
 
 # Locally built images (if `make images` ran before) load into the fresh containerd.
-bash "$CLUSTER_SCRIPTS/images.sh" load-cached
+if [[ ${E2E_LOAD_CACHED_IMAGES:-1} == 1 ]]; then
+  bash "$CLUSTER_SCRIPTS/images.sh" load-cached
+fi
 
 log "cluster up in $((SECONDS - start))s; export KUBECONFIG=$KUBECONFIG_ADMIN"

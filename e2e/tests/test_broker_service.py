@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from conftest import Kube
+from e2e.tests.kube import Kube
 
 PORT = 10911
 BROKER_CONF = """\
@@ -127,7 +127,9 @@ def test_broker_status_through_service_dns(kube: Kube, namespace: str, broker_im
         f"broker-0.broker-hl.{namespace}.svc.cluster.local",  # the pod's stable name
     ]
     for host in names:
-        out = kube.exec(namespace, "client", "python3", "-c", FETCH, f"http://{host}:{PORT}/v1/status")
+        out = kube.exec(
+            namespace, "client", "python3", "-c", FETCH, f"http://{host}:{PORT}/v1/status"
+        )
         status = json.loads(out)
         assert status["brokerName"] == "broker-a", status
         assert status["brokerId"] == 0, status
