@@ -51,6 +51,9 @@ BROKER_IMAGE="${BROKER_IMAGE:-brokergroup/habroker:dev}"
 OPERATOR_IMAGE="${OPERATOR_IMAGE:-brokergroup/operator:dev}"
 CTRD_SOCK="$RUN_DIR/containerd/containerd.sock"
 
+# Go from its usual install place when PATH lacks it (non-login shells, CI).
+[[ :$PATH: == *:/usr/local/go/bin:* ]] || PATH="$PATH:/usr/local/go/bin"
+
 log() { printf '[e2e-cluster %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { printf '[e2e-cluster] ERROR: %s\n' "$*" >&2; exit 1; }
 
