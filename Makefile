@@ -37,3 +37,8 @@ demo: setup  ## the main job: a master + slave group on 127.0.0.1, produce and c
 
 clean:  ## remove the virtualenv and caches (not the cluster)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+
+# End-to-end: a real single-node cluster (see docs/e2e.md). `make e2e` runs the suite;
+# cluster-up / images / cluster-down for working against a running cluster.
+include e2e/e2e.mk
+e2e: setup
