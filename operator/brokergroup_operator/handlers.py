@@ -158,7 +158,12 @@ async def _apply_children(runtime: Runtime, group: GroupSpec, body: kopf.Body) -
     state = runtime.state((group.namespace, group.name))
     state.last_apply = time.monotonic()
     try:
-        for manifest in children(group, _owner(body), runtime.settings.cluster_domain):
+        for manifest in children(
+            group,
+            _owner(body),
+            runtime.settings.cluster_domain,
+            network_policies=runtime.settings.network_policy,
+        ):
             await runtime.kube.apply(manifest)
     except ApiError as exc:
         code = exc.status.code or 0

@@ -16,6 +16,7 @@ from lightkube import ApiError, AsyncClient, KubeConfig
 from lightkube.core.resource import NamespacedResource
 from lightkube.resources.apps_v1 import StatefulSet
 from lightkube.resources.core_v1 import ConfigMap, Pod, Service
+from lightkube.resources.networking_v1 import NetworkPolicy
 from lightkube.resources.policy_v1 import PodDisruptionBudget
 from lightkube.types import PatchType
 
@@ -26,6 +27,7 @@ KINDS: dict[str, type[NamespacedResource]] = {
     "Service": Service,
     "StatefulSet": StatefulSet,
     "PodDisruptionBudget": PodDisruptionBudget,
+    "NetworkPolicy": NetworkPolicy,
 }
 
 

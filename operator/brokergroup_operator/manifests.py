@@ -393,16 +393,52 @@ def pod_disruption_budget(spec: GroupSpec, owner: Mapping[str, Any]) -> Manifest
     }
 
 
+def network_policy_name(group: str) -> str:
+    return f"{group}-brokers"
+
+
+def network_policy(spec: GroupSpec, owner: Mapping[str, Any]) -> Manifest:
+    """Only the group's own pods may reach its HA port; the client port stays open to anyone
+    (producers, consumers, the operator, Prometheus). Named ports, so custom ports need no
+    change here. Other ports of the broker pods are closed (they listen on no others)."""
+    group_pods = {"podSelector": {"matchLabels": selector_labels(spec.name)}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(network_policy_name(spec.name), spec, owner),
+        "spec": {
+            "podSelector": {"matchLabels": selector_labels(spec.name)},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"ports": [{"protocol": "TCP", "port": CLIENT_PORT_NAME}]},
+                {"from": [group_pods], "ports": [{"protocol": "TCP", "port": HA_PORT_NAME}]},
+            ],
+        },
+    }
+
+
 def children(
-    spec: GroupSpec, owner: Mapping[str, Any], cluster_domain: str = "cluster.local"
+    spec: GroupSpec,
+    owner: Mapping[str, Any],
+    cluster_domain: str = "cluster.local",
+    network_policies: bool = False,
 ) -> list[Manifest]:
-    """Every child, in apply order (config and Services before the pods that need them)."""
-    return [
+    """Every child, in apply order (config and Services before the pods that need them).
+
+    ``network_policies`` adds a NetworkPolicy per group (operator setting
+    ``BROKERGROUP_NETWORK_POLICY``; the helm chart turns it on and grants the RBAC).
+    """
+    items = [
         config_map(spec, owner),
         headless_service(spec, owner, MASTER),
         headless_service(spec, owner, SLAVE),
         client_service(spec, owner),
+    ]
+    if network_policies:
+        items.append(network_policy(spec, owner))
+    items += [
         statefulset(spec, owner, MASTER, cluster_domain),
         statefulset(spec, owner, SLAVE, cluster_domain),
         pod_disruption_budget(spec, owner),
     ]
+    return items

@@ -33,6 +33,8 @@ class Settings:
     auto_hysteresis_bytes: int = 1 << 20
     #: kopf peering name; empty = standalone (one operator replica, no peering objects)
     peering: str = ""
+    #: create a NetworkPolicy per group: its HA port reachable only from the group's own pods
+    network_policy: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -58,6 +60,7 @@ class Settings:
             http_concurrency=get("HTTP_CONCURRENCY", cls.http_concurrency),
             auto_hysteresis_bytes=get("AUTO_HYSTERESIS_BYTES", cls.auto_hysteresis_bytes),
             peering=get("PEERING", cls.peering),
+            network_policy=_flag(env, "NETWORK_POLICY", cls.network_policy),
         )
         for key, value in (("ADDRESSING", settings.addressing), ("WIRING", settings.wiring)):
             if value not in ADDRESSING_MODES:
@@ -73,6 +76,17 @@ class Settings:
                 "BROKERGROUP_POLL_INTERVAL, _HTTP_TIMEOUT, _HTTP_CONCURRENCY must be positive"
             )
         return settings
+
+
+def _flag(env: Mapping[str, str], key: str, default: bool) -> bool:
+    raw = env.get(f"BROKERGROUP_{key}", "").strip().lower()
+    if raw == "":
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"BROKERGROUP_{key}={raw!r}: expected true or false")
 
 
 def configure_kopf(kopf_settings: Any, settings: Settings) -> None:

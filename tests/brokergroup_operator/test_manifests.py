@@ -281,3 +281,40 @@ def test_crd_is_structural_enough():
     rules = props["brokerConfig"]["x-kubernetes-validations"][0]["rule"]
     for key in RESERVED_KEYS:
         assert f"'{key}'" in rules
+
+
+def test_network_policy_only_when_enabled():
+    assert "NetworkPolicy" not in {i["kind"] for i in m.children(spec(), OWNER)}
+    items = by_kind(m.children(spec(), OWNER, network_policies=True))
+    policy = items[("NetworkPolicy", "bg-brokers")]
+    assert policy["metadata"]["ownerReferences"][0]["uid"] == "1234"
+    body = policy["spec"]
+    assert body["podSelector"] == {"matchLabels": {"brokergroup.io/group": "bg"}}
+    assert body["policyTypes"] == ["Ingress"]
+    client, ha = body["ingress"]
+    # the client port from anywhere; the HA port only from this group's pods (same namespace)
+    assert client == {"ports": [{"protocol": "TCP", "port": "client"}]}
+    assert ha == {
+        "from": [{"podSelector": {"matchLabels": {"brokergroup.io/group": "bg"}}}],
+        "ports": [{"protocol": "TCP", "port": "ha"}],
+    }
+    # the ports are named on the container, whatever their numbers
+    sts = items[("StatefulSet", "bg-slave")]
+    names = {p["name"] for p in sts["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert names == {"client", "ha"}
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"), [("", False), ("true", True), ("1", True), ("false", False)]
+)
+def test_network_policy_setting(raw, expected):
+    from brokergroup_operator.settings import Settings
+
+    assert Settings.from_env({"BROKERGROUP_NETWORK_POLICY": raw}).network_policy is expected
+
+
+def test_network_policy_setting_refuses_garbage():
+    from brokergroup_operator.settings import Settings
+
+    with pytest.raises(ValueError, match="BROKERGROUP_NETWORK_POLICY"):
+        Settings.from_env({"BROKERGROUP_NETWORK_POLICY": "maybe"})
