@@ -1,0 +1,99 @@
+{{/* Names, labels and the RBAC rules shared by the templates. */}}
+
+{{- define "brokergroup-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "brokergroup-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Cluster-scoped objects carry the release namespace too: two releases never collide. */}}
+{{- define "brokergroup-operator.clusterName" -}}
+{{- printf "%s-%s" (include "brokergroup-operator.fullname" .) .Release.Namespace | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "brokergroup-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "brokergroup-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "brokergroup-operator.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "brokergroup-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "brokergroup-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "brokergroup-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "brokergroup-operator.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* The namespaces a namespaced operator watches: the list, or the release namespace. */}}
+{{- define "brokergroup-operator.watchNamespaces" -}}
+{{- if .Values.watch.namespaces }}
+{{- join "," (uniq .Values.watch.namespaces) }}
+{{- else }}
+{{- .Release.Namespace }}
+{{- end }}
+{{- end }}
+
+{{/*
+Exactly what the operator uses (docs/operator.md "RBAC"; operator/deploy/rbac.yaml is the same
+list and tests/helm checks they agree). Nothing reads Secrets, nodes, CRDs or namespaces;
+children are deleted by the garbage collector, never by the operator.
+*/}}
+{{- define "brokergroup-operator.rules" -}}
+# kopf watches the groups and patches their finalizer and annotations
+- apiGroups: [brokergroup.io]
+  resources: [brokergroups]
+  verbs: [get, list, watch, patch]
+- apiGroups: [brokergroup.io]
+  resources: [brokergroups/status]
+  verbs: [get, patch]
+# ownerReferences with blockOwnerDeletion on children
+- apiGroups: [brokergroup.io]
+  resources: [brokergroups/finalizers]
+  verbs: [update]
+# children, by server-side apply
+- apiGroups: [""]
+  resources: [configmaps, services]
+  verbs: [create, patch]
+- apiGroups: [policy]
+  resources: [poddisruptionbudgets]
+  verbs: [create, patch]
+- apiGroups: [apps]
+  resources: [statefulsets]
+  verbs: [list, watch, create, patch]
+# broker pods: watched (IPs, readiness, revision), deleted one at a time by rolling restarts
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list, watch, delete]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- if .Values.networkPolicy.enabled }}
+# one NetworkPolicy per group (BROKERGROUP_NETWORK_POLICY)
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [create, patch]
+{{- end }}
+{{- end }}
