@@ -1,0 +1,436 @@
+"""The helm chart: lint, rendering with several value sets, the values schema refusing bad
+values, the CRD taken from crds/ (one source of truth), and every rendered manifest validated
+by a real kube-apiserver (``kubectl apply --dry-run=server --validate=strict``: the apiserver's
+own OpenAPI schemas and field validation, offline).
+
+Needs the helm binary (``$HELM``, PATH, or ``e2e/.cluster/bin/helm`` from
+``make cluster-build``) and, for the apiserver checks, kube-apiserver + etcd (same place).
+Without them the tests skip and say why; under CI (``CI=true``) a missing binary fails instead,
+so a skip can never hide an untested chart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.brokergroup_operator import kubeapi
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "brokergroup-operator"
+CRD = ROOT / "crds" / "brokergroup.io_brokergroups.yaml"
+RBAC = ROOT / "operator" / "deploy" / "rbac.yaml"
+LOCAL_BIN = ROOT / "e2e" / ".cluster" / "bin"
+
+
+def _missing(what: str) -> None:
+    message = (
+        f"{what}: run `make cluster-build` (builds helm, kube-apiserver, etcd into {LOCAL_BIN})"
+    )
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI must test the chart, but {message}")
+    print(f"SKIP: {message}")
+    pytest.skip(message)
+
+
+def _helm_bin() -> str | None:
+    explicit = os.environ.get("HELM")
+    if explicit:
+        return explicit
+    local = LOCAL_BIN / "helm"
+    if local.is_file():
+        return str(local)
+    return shutil.which("helm")
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    found = _helm_bin()
+    if found is None:
+        _missing("no helm binary")
+    assert found is not None
+    return found
+
+
+def run_helm(helm: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([helm, *args], capture_output=True, text=True, timeout=120)
+    if check and result.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed:\n{result.stderr}")
+    return result
+
+
+# Value sets the chart must render (and the apiserver accept). Namespaces used: "bg-system"
+# (the release), "team-a", "team-b".
+VALUE_SETS: dict[str, list[str]] = {
+    "defaults": [],
+    "namespaced-release-ns": ["--set", "watch.mode=namespaced"],
+    "namespaced-list": [
+        "--set",
+        "watch.mode=namespaced",
+        "--set",
+        "watch.namespaces={team-a,team-b}",
+    ],
+    "no-networkpolicy": ["--set", "networkPolicy.enabled=false"],
+    "servicemonitor": [
+        "--set",
+        "serviceMonitor.enabled=true",
+        "--set",
+        "serviceMonitor.labels.release=prom",
+    ],
+    "own-serviceaccount": [
+        "--set",
+        "serviceAccount.create=false",
+        "--set",
+        "serviceAccount.name=existing-sa",
+        "--set",
+        "rbac.create=true",
+    ],
+    "tuned": [
+        "--set",
+        "image.repository=registry.example/bg/operator",
+        "--set",
+        "image.tag=1.2.3",
+        "--set",
+        "image.pullPolicy=Always",
+        "--set",
+        "operator.verbose=true",
+        "--set-json",  # --set makes 2.5 a string (helm parses only integers)
+        "operator.pollInterval=2.5",
+        "--set",
+        "operator.addressing=dns",
+        "--set-json",
+        'operator.extraEnv=[{"name":"BROKERGROUP_AUTO_HYSTERESIS_BYTES","value":"4096"}]',
+        "--set-json",
+        'tolerations=[{"key":"dedicated","operator":"Exists","effect":"NoSchedule"}]',
+        "--set",
+        "nodeSelector.kubernetes\\.io/os=linux",
+        "--set",
+        "fullnameOverride=bgop",
+    ],
+}
+
+
+def render(helm: str, *args: str, release: str = "bg") -> list[dict[str, Any]]:
+    out = run_helm(helm, "template", release, str(CHART), "--namespace", "bg-system", *args).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def by_kind(docs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    kinds: dict[str, list[dict[str, Any]]] = {}
+    for d in docs:
+        kinds.setdefault(d["kind"], []).append(d)
+    return kinds
+
+
+def env_of(deployment: dict[str, Any]) -> dict[str, str]:
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e.get("value", "") for e in container.get("env", [])}
+
+
+def operator_rules(network_policy: bool) -> list[dict[str, Any]]:
+    role = next(d for d in yaml.safe_load_all(RBAC.read_text()) if d and d["kind"] == "ClusterRole")
+    rules: list[dict[str, Any]] = role["rules"]
+    if network_policy:
+        rules = [
+            *rules,
+            {
+                "apiGroups": ["networking.k8s.io"],
+                "resources": ["networkpolicies"],
+                "verbs": ["create", "patch"],
+            },
+        ]
+    return rules
+
+
+# -- lint and the CRD's single source -------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_lint(helm: str, name: str) -> None:
+    result = run_helm(helm, "lint", "--strict", str(CHART), *VALUE_SETS[name])
+    assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout, result.stdout
+
+
+def test_crd_comes_from_crds_dir(helm: str, tmp_path: Path) -> None:
+    """The chart's crds/ holds a symlink to crds/, never a copy; `helm package` and
+    `helm template --include-crds` carry the file byte for byte."""
+    link = CHART / "crds" / CRD.name
+    assert link.is_symlink(), f"{link} must be a symlink to {CRD} (a copy would drift)"
+    assert link.resolve() == CRD.resolve()
+    assert sorted(p.name for p in (CHART / "crds").iterdir()) == [CRD.name]
+
+    run_helm(helm, "package", str(CHART), "--destination", str(tmp_path))
+    (archive,) = tmp_path.glob("brokergroup-operator-*.tgz")
+    with tarfile.open(archive) as tar:
+        member = tar.extractfile(f"brokergroup-operator/crds/{CRD.name}")
+        assert member is not None
+        assert member.read() == CRD.read_bytes()
+
+    rendered = render(helm, "--include-crds")
+    crds = [d for d in rendered if d["kind"] == "CustomResourceDefinition"]
+    assert crds == [yaml.safe_load(CRD.read_text())]
+
+
+# -- rendering -------------------------------------------------------------------------------
+def test_defaults(helm: str) -> None:
+    kinds = by_kind(render(helm))
+    assert sorted(kinds) == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Deployment",
+        "NetworkPolicy",
+        "ServiceAccount",
+    ]
+    (dep,) = kinds["Deployment"]
+    spec = dep["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    pod = spec["template"]["spec"]
+    assert pod["serviceAccountName"] == "bg-brokergroup-operator"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 10001
+    (container,) = pod["containers"]
+    assert container["image"] == "brokergroup/operator:dev"
+    assert container["imagePullPolicy"] == "IfNotPresent"
+    sc = container["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["resources"]["limits"]["memory"] == "256Mi"
+    assert [p["containerPort"] for p in container["ports"]] == [8080]
+    env = env_of(dep)
+    assert "WATCH_NAMESPACE" not in env  # cluster-wide
+    assert env["BROKERGROUP_NETWORK_POLICY"] == "true"
+    assert env["BROKERGROUP_ADDRESSING"] == "pod-ip"
+
+    (role,) = kinds["ClusterRole"]
+    assert role["rules"] == operator_rules(network_policy=True)
+    (binding,) = kinds["ClusterRoleBinding"]
+    assert (
+        binding["roleRef"]["name"]
+        == role["metadata"]["name"]
+        == "bg-brokergroup-operator-bg-system"
+    )
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "bg-brokergroup-operator", "namespace": "bg-system"}
+    ]
+    (policy,) = kinds["NetworkPolicy"]
+    assert policy["spec"]["podSelector"]["matchLabels"] == (dep["spec"]["selector"]["matchLabels"])
+    assert policy["spec"]["ingress"] == [{"ports": [{"protocol": "TCP", "port": "health"}]}]
+
+
+def test_rbac_is_exactly_what_the_operator_uses(helm: str) -> None:
+    """Same rules as operator/deploy/rbac.yaml (which the operator's apiserver test runs
+    under); the NetworkPolicy rule only when the operator creates policies."""
+    (role,) = by_kind(render(helm, "--set", "networkPolicy.enabled=false"))["ClusterRole"]
+    assert role["rules"] == operator_rules(network_policy=False)
+    for rule in role["rules"]:
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"]
+        assert "secrets" not in rule["resources"]
+
+
+def test_namespaced_mode(helm: str) -> None:
+    kinds = by_kind(render(helm, *VALUE_SETS["namespaced-list"]))
+    assert "ClusterRole" not in kinds and "ClusterRoleBinding" not in kinds
+    assert sorted(r["metadata"]["namespace"] for r in kinds["Role"]) == ["team-a", "team-b"]
+    for role in kinds["Role"]:
+        assert role["rules"] == operator_rules(network_policy=True)
+    for binding in kinds["RoleBinding"]:
+        assert binding["subjects"][0]["namespace"] == "bg-system"
+    (dep,) = kinds["Deployment"]
+    assert env_of(dep)["WATCH_NAMESPACE"] == "team-a,team-b"
+
+    kinds = by_kind(render(helm, *VALUE_SETS["namespaced-release-ns"]))
+    assert [r["metadata"]["namespace"] for r in kinds["Role"]] == ["bg-system"]
+    assert env_of(kinds["Deployment"][0])["WATCH_NAMESPACE"] == "bg-system"
+
+
+def test_network_policy_off(helm: str) -> None:
+    kinds = by_kind(render(helm, *VALUE_SETS["no-networkpolicy"]))
+    assert "NetworkPolicy" not in kinds
+    assert env_of(kinds["Deployment"][0])["BROKERGROUP_NETWORK_POLICY"] == "false"
+
+
+def test_service_monitor(helm: str) -> None:
+    kinds = by_kind(render(helm, *VALUE_SETS["servicemonitor"]))
+    (sm,) = kinds["ServiceMonitor"]
+    assert sm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert sm["metadata"]["labels"]["release"] == "prom"
+    assert sm["spec"]["namespaceSelector"] == {"any": True}
+    assert sm["spec"]["selector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "habroker",
+        "app.kubernetes.io/managed-by": "brokergroup-operator",
+    }
+    (endpoint,) = sm["spec"]["endpoints"]
+    assert endpoint["port"] == "client" and endpoint["path"] == "/metrics"
+    namespaced = by_kind(
+        render(helm, *VALUE_SETS["namespaced-list"], "--set", "serviceMonitor.enabled=true")
+    )["ServiceMonitor"][0]
+    assert namespaced["spec"]["namespaceSelector"] == {"matchNames": ["team-a", "team-b"]}
+
+
+def test_service_monitor_selects_what_the_operator_labels() -> None:
+    """The ServiceMonitor's selector and port name match the operator's Services."""
+    from brokergroup_operator import manifests
+    from brokergroup_operator.spec import parse_spec
+
+    group = parse_spec("orders", "team-a", {"image": "x", "slaves": 1})
+    services = [
+        c
+        for c in manifests.children(group, {"name": "orders", "uid": "u"})
+        if c["kind"] == "Service"
+    ]
+    for svc in services:
+        labels = svc["metadata"]["labels"]
+        assert labels["app.kubernetes.io/name"] == "habroker"
+        assert labels["app.kubernetes.io/managed-by"] == "brokergroup-operator"
+        assert "client" in {p["name"] for p in svc["spec"]["ports"]}
+    names = {s["metadata"]["name"] for s in services}
+    assert names == {"orders", "orders-master", "orders-slave"}  # the relabel regex keeps 2
+
+
+def test_own_service_account_and_tuned_values(helm: str) -> None:
+    kinds = by_kind(render(helm, *VALUE_SETS["own-serviceaccount"]))
+    assert "ServiceAccount" not in kinds
+    assert kinds["ClusterRoleBinding"][0]["subjects"][0]["name"] == "existing-sa"
+    assert kinds["Deployment"][0]["spec"]["template"]["spec"]["serviceAccountName"] == "existing-sa"
+
+    kinds = by_kind(render(helm, *VALUE_SETS["tuned"]))
+    (dep,) = kinds["Deployment"]
+    assert dep["metadata"]["name"] == "bgop"
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "registry.example/bg/operator:1.2.3"
+    assert container["imagePullPolicy"] == "Always"
+    assert container["args"] == ["--verbose"]
+    env = env_of(dep)
+    assert env["BROKERGROUP_POLL_INTERVAL"] == "2.5"
+    assert env["BROKERGROUP_ADDRESSING"] == "dns"
+    assert env["BROKERGROUP_AUTO_HYSTERESIS_BYTES"] == "4096"
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert pod["tolerations"][0]["key"] == "dedicated"
+
+
+def test_operator_settings_in_the_chart_are_valid() -> None:
+    """Every BROKERGROUP_* value the chart renders by default is accepted by the operator."""
+    from brokergroup_operator.settings import Settings
+
+    helm = _helm_bin()
+    if helm is None:
+        _missing("no helm binary")
+    assert helm is not None
+    (dep,) = by_kind(render(helm))["Deployment"]
+    settings = Settings.from_env(env_of(dep))
+    assert settings.network_policy is True and settings.poll_interval == 5.0
+
+
+# -- the values schema -----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "watch.mode=everywhere"], "watch.mode"),
+        (["--set", "operatr.verbose=true"], "operatr"),  # a typo of a top-level key
+        (["--set", "operator.addressing=ip"], "operator.addressing"),
+        (["--set", "operator.pollInterval=0"], "operator.pollInterval"),
+        (["--set", "securityContext.readOnlyRootFilesystem=false"], "readOnlyRootFilesystem"),
+        (["--set", "podSecurityContext.runAsNonRoot=false"], "runAsNonRoot"),
+        (["--set", "image.pullPolicy=Sometimes"], "image.pullPolicy"),
+        (["--set", "watch.namespaces={Team_A}"], "watch.namespaces"),
+        (["--set", "serviceMonitor.interval=30"], "serviceMonitor.interval"),
+        (["--set", "networkPolicy.enabled=yes"], "networkPolicy.enabled"),
+    ],
+)
+def test_values_schema_rejects(helm: str, args: list[str], message: str) -> None:
+    result = run_helm(helm, "template", "bg", str(CHART), *args, check=False)
+    assert result.returncode != 0, f"{args} was accepted"
+    assert "values don't meet the specifications of the schema" in result.stderr, result.stderr
+    assert message in result.stderr, result.stderr
+
+
+# -- validated by a real kube-apiserver ------------------------------------------------------
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kubeapi.ApiServer]:
+    bin_dir = kubeapi.find_bin_dir()
+    if bin_dir is None:
+        _missing("no kube-apiserver/etcd binaries")
+    assert bin_dir is not None
+    server = kubeapi.start(tmp_path_factory.mktemp("apiserver"), bin_dir)
+    try:
+        server.kubectl("apply", "--server-side", "-f", str(CRD))
+        server.kubectl(
+            "wait",
+            "--for=condition=Established",
+            "crd/brokergroups.brokergroup.io",
+            "--timeout=30s",
+        )
+        for ns in ("bg-system", "team-a", "team-b"):
+            server.kubectl("create", "namespace", ns)
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_rendered_manifests_pass_the_apiserver(
+    helm: str, api: kubeapi.ApiServer, name: str
+) -> None:
+    """`kubectl apply --dry-run=server --validate=strict`: the apiserver checks every object
+    against its own schemas (unknown or misplaced fields are errors, not silently dropped).
+    The ServiceMonitor is the exception: its CRD (prometheus-operator) is not available
+    offline, so only its shape is checked above."""
+    docs = [d for d in render(helm, *VALUE_SETS[name]) if d["kind"] != "ServiceMonitor"]
+    assert docs
+    result = api.kubectl(
+        "apply",
+        "--dry-run=server",
+        "--validate=strict",
+        "-f",
+        "-",
+        stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}),
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("(server dry run)") == len(docs), result.stdout
+
+
+def test_a_field_typo_is_caught_by_the_apiserver(helm: str, api: kubeapi.ApiServer) -> None:
+    """The dry run really validates: a misspelled field in a rendered object is refused."""
+    (dep,) = by_kind(render(helm))["Deployment"]
+    dep["spec"]["template"]["spec"]["containers"][0]["readinesProbe"] = {}
+    result = api.kubectl(
+        "apply",
+        "--dry-run=server",
+        "--validate=strict",
+        "-f",
+        "-",
+        stdin=json.dumps(dep),
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "readinesProbe" in result.stderr
+
+
+def test_examples_pass_the_apiserver(api: kubeapi.ApiServer) -> None:
+    """Every example is accepted by the CRD's schema and CEL rules as it is."""
+    examples = sorted((ROOT / "examples").glob("*.yaml"))
+    assert len(examples) >= 3
+    for path in examples:
+        result = api.kubectl(
+            "apply",
+            "--dry-run=server",
+            "--validate=strict",
+            "-n",
+            "team-a",
+            "-f",
+            str(path),
+            check=False,
+        )
+        assert result.returncode == 0, f"{path.name}: {result.stderr}"
