@@ -1,0 +1,150 @@
+"""A client of a BrokerGroup, run inside the cluster: ``kubectl exec -i POD -- python3 - CMD ...``
+with this file on stdin, in a pod of the broker image (it has habroker's client library).
+
+Running inside a pod is what makes it portable: the group's Services and per-pod DNS names
+resolve the same on kind and on the local cluster, with no port-forward. ``make demo`` and the
+end-to-end suite (e2e/tests/test_user_path.py) both use it. Every command prints one JSON line.
+
+    produce --broker HOST:PORT --topic T --count N [--batch B] [--prefix P] [--start I]
+        bodies "P-<i>" for i in [start, start+count); reports which were acknowledged
+        (PUT_OK: in SYNC mode, stored on the master and on a slave) and every other status
+    read --broker HOST:PORT --topic T
+        every message of every queue, pulled from that one broker (no redirection)
+    consume --brokers 0=HOST:PORT,1=HOST:PORT --topic T --group G [--count N]
+        a consumer group from the earliest offset, following suggestWhichBrokerId;
+        reports which brokerId served each message
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+from habroker.client import AsyncProducer, BrokerAPIError, OutgoingMessage, PullConsumer
+from habroker.client._protocol import PullResult, error_from, pull_path
+from habroker.client.sync import BrokerConnection
+
+
+async def produce(args: argparse.Namespace) -> dict[str, Any]:
+    acked: list[int] = []
+    other: dict[str, int] = {}
+    errors: list[str] = []
+    started = time.monotonic()
+    async with AsyncProducer(args.broker) as producer:
+        await producer.create_topic(args.topic, queues=args.queues)
+        for first in range(args.start, args.start + args.count, args.batch):
+            ids = list(range(first, min(args.start + args.count, first + args.batch)))
+            msgs = [OutgoingMessage(f"{args.prefix}-{i}".encode(), keys=str(i)) for i in ids]
+            try:
+                res = await producer.send_batch(args.topic, msgs)
+            except (BrokerAPIError, OSError) as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+                continue
+            if res.status == "PUT_OK":
+                acked.extend(ids)
+            else:
+                other[res.status] = other.get(res.status, 0) + len(ids)
+    return {
+        "acked": acked,
+        "notAcked": other,
+        "errors": errors[:5],
+        "errorCount": len(errors),
+        "seconds": round(time.monotonic() - started, 3),
+    }
+
+
+def _queues(conn: BrokerConnection, topic: str, timeout: float) -> int:
+    """A slave learns topics from its master every few seconds: wait for it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        table = conn.json("GET", "/v1/topics")["topicConfigTable"]
+        if topic in table:
+            return int(table[topic]["readQueueNums"])
+        if time.monotonic() > deadline:
+            raise SystemExit(f"topic {topic!r} unknown to {conn.address} after {timeout}s")
+        time.sleep(0.5)
+
+
+def read(args: argparse.Namespace) -> dict[str, Any]:
+    conn = BrokerConnection(args.broker, timeout=30)
+    bodies: list[str] = []
+    for queue_id in range(_queues(conn, args.topic, args.wait)):
+        offset = 0
+        while True:
+            status, headers, data = conn.request(
+                "GET", pull_path(args.topic, queue_id, offset, 256, None)
+            )
+            if status != 200:
+                raise error_from(status, data)
+            result = PullResult.from_response(headers, data)
+            if result.status == "OFFSET_TOO_SMALL":
+                offset = result.next_begin_offset
+                continue
+            if result.status != "FOUND" or not result.messages:
+                break
+            bodies.extend(m.body.decode() for m in result.messages)
+            offset = result.next_begin_offset
+    conn.close()
+    return {"broker": args.broker, "count": len(bodies), "bodies": bodies}
+
+
+async def consume(args: argparse.Namespace) -> dict[str, Any]:
+    served: dict[int, int] = {}
+    bodies: list[str] = []
+    idle = 0
+    async with PullConsumer(
+        args.brokers, args.group, args.topic, start="earliest", max_msgs=args.max
+    ) as consumer:
+        while (args.count is None or len(bodies) < args.count) and idle < 20:
+            messages = await consumer.poll()
+            if not messages:
+                idle += 1
+                await asyncio.sleep(0.1)
+                continue
+            idle = 0
+            for m in messages:
+                by = consumer.served_by[m.queue_id]
+                served[by] = served.get(by, 0) + 1
+                bodies.append(m.body.decode())
+        await consumer.commit()
+    return {"consumed": len(bodies), "servedBy": served, "bodies": bodies}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="e2e/client.py", description=__doc__)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("produce")
+    p.add_argument("--broker", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--count", type=int, required=True)
+    p.add_argument("--start", type=int, default=0)
+    p.add_argument("--batch", type=int, default=50)
+    p.add_argument("--queues", type=int, default=4)
+    p.add_argument("--prefix", default="m")
+    p = sub.add_parser("read")
+    p.add_argument("--broker", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--wait", type=float, default=60.0)
+    p = sub.add_parser("consume")
+    p.add_argument("--brokers", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--group", required=True)
+    p.add_argument("--count", type=int, default=None)
+    p.add_argument("--max", type=int, default=64)
+    args = parser.parse_args(argv)
+    if args.cmd == "produce":
+        out = asyncio.run(produce(args))
+    elif args.cmd == "read":
+        out = read(args)
+    else:
+        out = asyncio.run(consume(args))
+    sys.stdout.write(json.dumps(out) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
