@@ -250,6 +250,7 @@ def children(kube: Any, ns: str, name: str) -> set[tuple[str, str]]:
     return {(i["kind"], i["metadata"]["name"]) for i in items}
 
 
+@pytest.mark.timeout(900)
 def test_operator_end_to_end(
     lkube: LocalKube, namespace: str, broker_image: str, operator: Path
 ) -> None:
