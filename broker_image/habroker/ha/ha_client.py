@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 RECONNECT_BACKOFF_MIN = 1.0
 RECONNECT_BACKOFF_MAX = 5.0
+_YIELD_EVERY = 1 << 20  # bytes received without suspending before letting others run
 
 
 class HAClient:
@@ -228,6 +229,7 @@ class HAClient:
         store = self.store
         view = memoryview(self._buffer)
         await self._report(sock, store.max_phy_offset)
+        unyielded = 0
         while True:
             n = await loop.sock_recv_into(sock, view)
             if n == 0:
@@ -243,6 +245,12 @@ class HAClient:
             top = store.max_phy_offset
             if top > self._reported:
                 await self._report(sock, top)
+            # recv_into returns without suspending while data is queued: during a catch-up
+            # the HTTP server and the keep-alive task would starve without this
+            unyielded += n
+            if unyielded >= _YIELD_EVERY:
+                unyielded = 0
+                await asyncio.sleep(0)
 
     def _dispatch(self, data: memoryview) -> None:
         """Parse headers and append body bytes of everything in ``data``."""

@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 _READ_BUFFER_SIZE = 64 * 1024
 _NO_DATA_RETRY = 0.1  # seconds; RocketMQ's data wait when an offset is not readable yet
+_YIELD_EVERY = 1 << 20  # bytes sent without the socket blocking before letting others run
 
 
 class HAConnection:
@@ -157,6 +158,7 @@ class HAConnection:
         log.info("HA slave %s: transfer starts at offset %d", self.address, offset)
         last_write = time.monotonic()
         sock = self.sock
+        unyielded = 0
         while True:
             heartbeat = config.haSendHeartbeatInterval / 1000.0
             batch = config.haTransferBatchSize
@@ -176,7 +178,7 @@ class HAConnection:
                 if store.max_phy_offset > offset:  # readable soon (e.g. next file being created)
                     await asyncio.sleep(min(wait, _NO_DATA_RETRY))
                 else:
-                    await store.wait_for_new_data(offset, wait)
+                    await store.wait_for_new_data(offset, max(wait, 0.001))
                 continue
             size = min(region.size, batch)
             self.in_flight_end = offset + size
@@ -185,6 +187,12 @@ class HAConnection:
             self.next_transfer_offset = offset
             self.sent_bytes += size
             last_write = time.monotonic()
+            # sendfile into a socket with room never suspends: without this a fast slave
+            # would starve the broker's other tasks (HTTP, other slaves) during a catch-up
+            unyielded += size
+            if unyielded >= _YIELD_EVERY:
+                unyielded = 0
+                await asyncio.sleep(0)
 
     # -- status ----------------------------------------------------------------------------
     def status(self, master_max: int, max_gap: int) -> dict[str, object]:
