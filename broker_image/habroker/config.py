@@ -13,7 +13,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from enum import Enum
+from enum import Enum, StrEnum
 from pathlib import Path
 from typing import Any, ClassVar, get_type_hints
 
@@ -24,7 +24,7 @@ class ConfigError(ValueError):
     """A configuration key or value the broker refuses to start with."""
 
 
-class BrokerRole(str, Enum):
+class BrokerRole(StrEnum):
     ASYNC_MASTER = "ASYNC_MASTER"
     SYNC_MASTER = "SYNC_MASTER"
     SLAVE = "SLAVE"
@@ -34,7 +34,7 @@ class BrokerRole(str, Enum):
         return self is not BrokerRole.SLAVE
 
 
-class FlushDiskType(str, Enum):
+class FlushDiskType(StrEnum):
     ASYNC_FLUSH = "ASYNC_FLUSH"
     SYNC_FLUSH = "SYNC_FLUSH"
 
@@ -62,6 +62,9 @@ class BrokerConfig:
     listenPort: int = 10911
     haListenPort: int = 10912
     haMasterAddress: str = ""
+    masterHttpAddress: str = (
+        ""  # habroker: master's HTTP API (metadata copy); default HA host + listenPort
+    )
     # store
     storePathRootDir: str = field(default_factory=_default_store_root)
     storePathCommitLog: str = ""
@@ -115,7 +118,11 @@ class BrokerConfig:
 
     @property
     def commit_log_dir(self) -> Path:
-        return Path(self.storePathCommitLog) if self.storePathCommitLog else self.store_root / "commitlog"
+        return (
+            Path(self.storePathCommitLog)
+            if self.storePathCommitLog
+            else self.store_root / "commitlog"
+        )
 
     @property
     def consume_queue_dir(self) -> Path:
@@ -139,11 +146,15 @@ class BrokerConfig:
         if self.brokerId < 0:
             raise ConfigError(f"brokerId={self.brokerId}: must be >= 0")
         if self.brokerRole.is_master and self.brokerId != 0:
-            raise ConfigError(f"brokerId={self.brokerId}: a master ({self.brokerRole.value}) has brokerId 0")
+            raise ConfigError(
+                f"brokerId={self.brokerId}: a master ({self.brokerRole.value}) has brokerId 0"
+            )
         if self.brokerRole is BrokerRole.SLAVE and self.brokerId == 0:
             raise ConfigError("brokerId=0: a SLAVE needs a brokerId >= 1")
         if self.mappedFileSizeCommitLog < 4096:
-            raise ConfigError(f"mappedFileSizeCommitLog={self.mappedFileSizeCommitLog}: at least 4096")
+            raise ConfigError(
+                f"mappedFileSizeCommitLog={self.mappedFileSizeCommitLog}: at least 4096"
+            )
         if self.mappedFileSizeConsumeQueue < 20 or self.mappedFileSizeConsumeQueue % 20:
             raise ConfigError(
                 f"mappedFileSizeConsumeQueue={self.mappedFileSizeConsumeQueue}: a positive multiple of 20"
@@ -158,10 +169,19 @@ class BrokerConfig:
                 f"haTransferBatchSize={self.haTransferBatchSize}: 1..4194292 (a slave's 4 MiB frame limit)"
             )
         if not 0 <= self.accessMessageInMemoryMaxRatio <= 100:
-            raise ConfigError(f"accessMessageInMemoryMaxRatio={self.accessMessageInMemoryMaxRatio}: 0..100")
-        for key in ("flushIntervalCommitLog", "flushIntervalConsumeQueue", "haSendHeartbeatInterval",
-                    "haHousekeepingInterval", "syncFlushTimeout", "cleanResourceInterval",
-                    "metaSyncInterval", "defaultTopicQueueNums"):
+            raise ConfigError(
+                f"accessMessageInMemoryMaxRatio={self.accessMessageInMemoryMaxRatio}: 0..100"
+            )
+        for key in (
+            "flushIntervalCommitLog",
+            "flushIntervalConsumeQueue",
+            "haSendHeartbeatInterval",
+            "haHousekeepingInterval",
+            "syncFlushTimeout",
+            "cleanResourceInterval",
+            "metaSyncInterval",
+            "defaultTopicQueueNums",
+        ):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"{key}={getattr(self, key)}: must be positive")
         if self.fileReservedTime < 0:
@@ -169,6 +189,8 @@ class BrokerConfig:
         parse_delete_when(self.deleteWhen)
         if self.haMasterAddress:
             parse_host_port(self.haMasterAddress, key="haMasterAddress")
+        if self.masterHttpAddress:
+            parse_host_port(self.masterHttpAddress, key="masterHttpAddress")
 
     # -- construction --------------------------------------------------------------------
     @classmethod
@@ -190,16 +212,22 @@ class BrokerConfig:
         return cls(**kwargs)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str] | None = None,
-             environ: Mapping[str, str] | None = None, **overrides: Any) -> BrokerConfig:
-        """File, then ``HABROKER_*`` environment, then explicit overrides (tests, CLI)."""
+    def load(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        environ: Mapping[str, str] | None = None,
+        overrides: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> BrokerConfig:
+        """File, then ``HABROKER_*`` environment, then explicit overrides (CLI ``--set``, tests)."""
+        overrides = {**(overrides or {}), **kwargs}
         values: dict[str, str] = {}
         if path is not None:
             values.update(read_properties(Path(path)))
         env = os.environ if environ is None else environ
         for name, value in env.items():
             if name.startswith(ENV_PREFIX):
-                values[name[len(ENV_PREFIX):]] = value
+                values[name[len(ENV_PREFIX) :]] = value
         values.update({k: _to_text(v) for k, v in overrides.items()})
         return cls.from_mapping(values, source=str(path) if path else "config")
 

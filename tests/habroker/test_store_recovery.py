@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import struct
 from pathlib import Path
@@ -267,3 +268,83 @@ def test_checkpoint_layout(tmp_path):
     assert len(raw) == 4096
     assert struct.unpack_from(">qqqqq", raw) == (10_000, 8_000, 7, 11, 12)
     assert raw[40:] == bytes(4096 - 40)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [None, (0, -1, 5), (7, 140, -3), (300, 6000, 0), (1000, -8, 0), (1499, 0, 0), (5, 0, 9)],
+)
+def test_consume_queue_valid_prefix_matches_unit_scan(tmp_path, bad):
+    from habroker.store.consume_queue import UNIT, _valid_prefix, _valid_prefix_slow
+    from habroker.store.mapped_file import MappedFile
+
+    mf = MappedFile(tmp_path / "cq", 0, 20 * 2000, create=True)
+    try:
+        for i in range(1500):
+            UNIT.pack_into(mf.mm, i * 20, i * 256, 256 * (1 + i % 3), i % 5)
+        expected = 1500 * 20
+        if bad is not None:
+            index, offset, size = bad
+            UNIT.pack_into(mf.mm, index * 20, offset, size, 0)
+            if offset < 0 or size <= 0:
+                expected = index * 20
+        assert _valid_prefix_slow(mf) == expected
+        assert _valid_prefix(mf) == expected
+    finally:
+        mf.close()
+
+
+KILL_SCRIPT = """
+import asyncio, sys
+from tests.habroker.storeutil import entries, started
+
+async def main():
+    store = await started(__import__("pathlib").Path(sys.argv[1]))
+    i = 0
+    while True:
+        batch = entries(1 + i % 4, 300, seed=i)
+        res = store.put_messages("T", i % 3, batch, born_host=("1.2.3.4", 5))
+        print(i % 3, res.queue_offset + res.count, res.next_offset, flush=True)
+        i += 1
+        if i % 50 == 0:
+            await asyncio.sleep(0)
+
+asyncio.run(main())
+"""
+
+
+async def test_sigkill_mid_writes_loses_nothing_acknowledged(tmp_path):
+    import signal
+    import sys
+
+    root = tmp_path / "store"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        KILL_SCRIPT,
+        str(root),
+        stdout=asyncio.subprocess.PIPE,
+        cwd=str(Path(__file__).parents[2]),
+    )
+    assert proc.stdout is not None
+    acked: dict[int, int] = {}
+    last_end = 0
+    while last_end < 6 * FILE_SIZE:
+        line = await asyncio.wait_for(proc.stdout.readline(), 30)
+        assert line, "writer died"
+        q, count, end = map(int, line.split())
+        acked[q], last_end = count, end
+    proc.send_signal(signal.SIGKILL)
+    await proc.wait()
+    assert (root / "abort").exists()
+    store = await started(root)
+    try:
+        assert not store.last_exit_ok
+        assert store.max_phy_offset >= last_end
+        for q, count in acked.items():
+            assert store.max_offset_in_queue("T", q) >= count
+            res = store.get_messages("T", q, 0, 100_000, 1 << 30)
+            msgs = decode_records(b"".join(bytes(r) for r in res.records))
+            assert [m.queue_offset for m in msgs] == list(range(len(msgs)))
+    finally:
+        await store.shutdown()

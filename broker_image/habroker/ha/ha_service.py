@@ -20,9 +20,9 @@ from habroker.ha.group_transfer import GroupTransferService
 from habroker.ha.ha_connection import HAConnection
 
 if TYPE_CHECKING:
-    from habroker.store.message_store import MessageStore
-    from habroker.store.values import PutResult
+    from habroker.store import MessageStore, PutResult
 
+# needed at run time (handle_put compares and returns statuses), not only for typing
 from habroker.store.values import PutStatus
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,5 @@
+import sys
+
+from habroker.cli import main
+
+sys.exit(main())

@@ -1,0 +1,384 @@
+"""BrokerController: one broker's parts and the rules between them.
+
+The store appends and reads, HA replicates, metadata managers keep topics, groups and offsets;
+this class decides who may write, how long a producer waits, and where a consumer is sent.
+HTTP lives in :mod:`habroker.server` and only translates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from habroker import __version__
+from habroker.config import BrokerConfig, BrokerRole, FlushDiskType, parse_host_port
+from habroker.ha import HAClient, HAService
+from habroker.metadata import (
+    ConsumerOffsetManager,
+    MetadataError,
+    SubscriptionGroupManager,
+    TopicConfig,
+    TopicConfigManager,
+)
+from habroker.metrics import BrokerStats
+from habroker.read_policy import (
+    suggest_pulling_from_slave,
+    suggest_which_broker,
+    total_physical_memory,
+)
+from habroker.slave_sync import SlaveSynchronize
+from habroker.store import (
+    BatchEntry,
+    GetMessageResult,
+    MessageStore,
+    PutResult,
+    PutStatus,
+)
+
+log = logging.getLogger(__name__)
+
+CONSUMER_OFFSET_PERSIST_INTERVAL = 5.0
+SLAVE_READY_GRACE = 30.0
+
+
+class BrokerError(Exception):
+    """A refused request; ``code`` and ``http_status`` shape the HTTP error."""
+
+    def __init__(self, code: str, message: str, http_status: int = 400, **details: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.http_status = http_status
+        self.details = details
+
+
+@dataclass(slots=True)
+class PullOutcome:
+    result: GetMessageResult
+    suggest_which_broker_id: int
+    retry_immediately: bool = False
+
+
+class BrokerController:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.store = MessageStore(config)
+        meta_dir = config.metadata_dir
+        self.topics = TopicConfigManager(meta_dir)
+        self.groups = SubscriptionGroupManager(meta_dir)
+        self.offsets = ConsumerOffsetManager(meta_dir)
+        self.stats = BrokerStats()
+        self.ha_service: HAService | None = None
+        self.ha_client: HAClient | None = None
+        self.slave_sync: SlaveSynchronize | None = None
+        self.master_http_address = ""
+        self.started_at = time.monotonic()
+        self.ready = False
+        self._round_robin: dict[str, int] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- lifecycle -------------------------------------------------------------------------
+    @property
+    def role(self) -> BrokerRole:
+        return self.config.brokerRole
+
+    @property
+    def is_slave(self) -> bool:
+        return self.role is BrokerRole.SLAVE
+
+    async def start(self) -> None:
+        await self.store.start()
+        if self.is_slave:
+            self.ha_client = HAClient(self.config, self.store)
+            await self.ha_client.start()
+            self.master_http_address = self.config.masterHttpAddress or self._default_master_http(
+                self.config.haMasterAddress
+            )
+            self.slave_sync = SlaveSynchronize(self, interval=self.config.metaSyncInterval / 1000)
+            self.slave_sync.start()
+        else:
+            self.ha_service = HAService(self.config, self.store)
+            await self.ha_service.start()
+        self._tasks.append(
+            asyncio.create_task(self._persist_offsets_loop(), name="persist-offsets")
+        )
+        self.started_at = time.monotonic()
+        self.ready = True
+        log.info(
+            "broker %s id=%d role=%s started: client %s:%d, ha %s",
+            self.config.brokerName,
+            self.config.brokerId,
+            self.role.value,
+            self.config.bindAddress,
+            self.config.listenPort,
+            f"{self.config.bindAddress}:{self.config.haListenPort}"
+            if not self.is_slave
+            else f"-> {self.config.haMasterAddress or '(no master address yet)'}",
+        )
+
+    async def stop(self) -> None:
+        self.ready = False
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        if self.slave_sync:
+            await self.slave_sync.stop()
+        if self.ha_client:
+            await self.ha_client.stop()
+        if self.ha_service:
+            await self.ha_service.stop()
+        self.offsets.persist()
+        await self.store.shutdown()
+        log.info("broker %s id=%d stopped", self.config.brokerName, self.config.brokerId)
+
+    async def _persist_offsets_loop(self) -> None:
+        while True:
+            await asyncio.sleep(CONSUMER_OFFSET_PERSIST_INTERVAL)
+            try:
+                self.offsets.persist()
+            except OSError as exc:  # keep serving; the next round tries again
+                log.error("cannot persist consumer offsets: %s", exc)
+
+    def readiness(self) -> tuple[bool, str]:
+        if not self.ready:
+            return False, "starting"
+        if self.is_slave and self.ha_client and not self.ha_client.connected:
+            if not self.config.haMasterAddress:
+                return False, "no haMasterAddress configured"
+            if time.monotonic() - self.started_at < SLAVE_READY_GRACE:
+                return False, f"not yet connected to master {self.config.haMasterAddress}"
+        return True, "ok"
+
+    # -- topics ----------------------------------------------------------------------------
+    def topic_for_write(self, topic: str) -> TopicConfig:
+        cfg = self.topics.get(topic)
+        if cfg is None:
+            if not self.config.autoCreateTopicEnable:
+                raise BrokerError(
+                    "unknown_topic",
+                    f"topic {topic!r} does not exist (create it with "
+                    "POST /v1/topics, or set autoCreateTopicEnable=true)",
+                    404,
+                )
+            n = self.config.defaultTopicQueueNums
+            try:
+                cfg, _ = self.topics.create(topic, n, n, 6)
+            except MetadataError as exc:
+                raise BrokerError(exc.code, str(exc)) from None
+        return cfg
+
+    def topic_for_read(self, topic: str) -> TopicConfig:
+        cfg = self.topics.get(topic)
+        if cfg is None and self.is_slave:
+            # Created on the master after our last metadata copy: the replicated consume queues
+            # are here already, so serve them, and copy the metadata now rather than later.
+            queue_ids = self.store.queue_ids(topic)
+            if self.slave_sync is not None:
+                self.slave_sync.trigger()
+            if queue_ids:
+                n = max(queue_ids) + 1
+                return TopicConfig(topic, n, n)
+        if cfg is None:
+            raise BrokerError("unknown_topic", f"topic {topic!r} does not exist", 404)
+        return cfg
+
+    # -- produce ---------------------------------------------------------------------------
+    async def produce(
+        self,
+        topic: str,
+        queue_id: int | None,
+        entries: Sequence[BatchEntry],
+        born_host: tuple[str, int],
+    ) -> tuple[PutResult, int]:
+        """Append a batch and wait as the role and flush type require; returns (result, queueId)."""
+        if self.is_slave:
+            raise BrokerError(
+                "not_master",
+                "this broker is a SLAVE and refuses writes; produce to the master",
+                403,
+                masterAddress=self.master_http_address or None,
+            )
+        cfg = self.topic_for_write(topic)
+        if not cfg.writable:
+            raise BrokerError(
+                "topic_not_writable", f"topic {topic!r} has perm={cfg.perm} (no write)", 403
+            )
+        if queue_id is None or queue_id < 0:
+            queue_id = self._round_robin.get(topic, -1) + 1
+            queue_id %= cfg.writeQueueNums
+            self._round_robin[topic] = queue_id
+        elif queue_id >= cfg.writeQueueNums:
+            raise BrokerError(
+                "unknown_queue",
+                f"queueId {queue_id} is out of range: topic {topic!r} has "
+                f"{cfg.writeQueueNums} write queues (0..{cfg.writeQueueNums - 1})",
+            )
+        result = self.store.put_messages(topic, queue_id, entries, born_host=born_host)
+        status = result.status
+        wait = not entries or b"WAIT\x01false" not in entries[0].properties
+        if wait and self.config.flushDiskType is FlushDiskType.SYNC_FLUSH:
+            flushed = await self.store.wait_flushed(
+                result.next_offset, self.config.syncFlushTimeout / 1000
+            )
+            if not flushed:
+                status = PutStatus.FLUSH_DISK_TIMEOUT
+        if wait and self.role is BrokerRole.SYNC_MASTER and self.ha_service is not None:
+            replica = await self.ha_service.handle_put(result)
+            if replica is not PutStatus.PUT_OK:
+                status = replica
+        result.status = status
+        self.stats.put_requests += 1
+        self.stats.put_messages += result.count
+        self.stats.put_bytes += result.wrote_bytes
+        self.stats.put_status[status.value] += 1
+        return result, queue_id
+
+    # -- pull ------------------------------------------------------------------------------
+    def pull(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msgs: int,
+        group: str | None,
+        max_bytes: int,
+    ) -> PullOutcome:
+        cfg = self.topic_for_read(topic)
+        if not cfg.readable:
+            raise BrokerError(
+                "topic_not_readable", f"topic {topic!r} has perm={cfg.perm} (no read)", 403
+            )
+        if not 0 <= queue_id < cfg.readQueueNums:
+            raise BrokerError(
+                "unknown_queue",
+                f"queueId {queue_id} is out of range: topic {topic!r} has "
+                f"{cfg.readQueueNums} read queues (0..{cfg.readQueueNums - 1})",
+            )
+        if offset < 0:
+            raise BrokerError("bad_request", f"offset={offset}: must be >= 0")
+        if self.is_slave and not self.config.slaveReadEnable:
+            # RocketMQ 4.9: PULL_RETRY_IMMEDIATELY, suggest the master; offsets still reported
+            result = self.store.get_messages(topic, queue_id, offset, 1)
+            result.records = []
+            result.message_count = 0
+            return PullOutcome(result, 0, retry_immediately=True)
+        result = self.store.get_messages(topic, queue_id, offset, max_msgs, max_bytes)
+        group_cfg = self.groups.find(group)
+        memory = total_physical_memory(self.config.totalPhysicalMemorySize)
+        from_slave = suggest_pulling_from_slave(
+            self.store.max_phy_offset,
+            result.max_phy_offset_pulling,
+            memory,
+            self.config.accessMessageInMemoryMaxRatio,
+        )
+        suggestion = suggest_which_broker(
+            is_slave=self.is_slave,
+            slave_read_enable=self.config.slaveReadEnable,
+            from_slave=from_slave,
+            group_broker_id=group_cfg.brokerId,
+            which_broker_when_slow=group_cfg.whichBrokerWhenConsumeSlowly,
+        )
+        self.stats.pull_requests += 1
+        self.stats.pull_messages += result.message_count
+        return PullOutcome(result, suggestion)
+
+    # -- consumer offsets ------------------------------------------------------------------
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        if self.is_slave:
+            raise BrokerError(
+                "not_master",
+                "consumer offsets are committed to the master; slaves copy them",
+                403,
+                masterAddress=self.master_http_address or None,
+            )
+        self.topic_for_read(topic)
+        try:
+            self.offsets.commit(group, topic, queue_id, offset)
+        except MetadataError as exc:
+            raise BrokerError(exc.code, str(exc)) from None
+
+    # -- admin -----------------------------------------------------------------------------
+    def update_config(self, updates: dict[str, Any]) -> BrokerConfig:
+        new = self.config.with_updates(updates)
+        old_master = self.config.haMasterAddress
+        self.config = new
+        self.store.config = new
+        if self.ha_service is not None:
+            self.ha_service.config = new
+        if "haMasterAddress" in updates and new.haMasterAddress != old_master:
+            self.set_master_address(new.haMasterAddress, None)
+        log.info("runtime config updated: %s", {k: getattr(new, k) for k in updates})
+        return new
+
+    def set_master_address(self, ha_address: str, http_address: str | None) -> None:
+        if ha_address:
+            parse_host_port(ha_address, key="haMasterAddress")
+        if http_address:
+            parse_host_port(http_address, key="masterHttpAddress")
+        if not self.is_slave or self.ha_client is None:
+            raise BrokerError(
+                "not_slave",
+                f"this broker is {self.role.value}; only a SLAVE has a master address",
+                409,
+            )
+        self.master_http_address = http_address or self._default_master_http(ha_address)
+        self.config = dataclasses.replace(
+            self.config, haMasterAddress=ha_address, masterHttpAddress=self.master_http_address
+        )
+        self.store.config = self.config
+        self.ha_client.set_master_address(ha_address)
+        if self.slave_sync is not None:
+            self.slave_sync.trigger()
+        log.info(
+            "master address set: ha=%s http=%s",
+            ha_address or "(none)",
+            self.master_http_address or "(none)",
+        )
+
+    def _default_master_http(self, ha_address: str) -> str:
+        if not ha_address:
+            return ""
+        host, _ = parse_host_port(ha_address, key="haMasterAddress")
+        return f"{host}:{self.config.listenPort}"
+
+    # -- status ----------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        cfg = self.config
+        store = self.store
+        out: dict[str, Any] = {
+            "brokerClusterName": cfg.brokerClusterName,
+            "brokerName": cfg.brokerName,
+            "brokerId": cfg.brokerId,
+            "role": cfg.brokerRole.value,
+            "flushDiskType": cfg.flushDiskType.value,
+            "version": __version__,
+            "listenAddress": f"{cfg.brokerIP1}:{cfg.listenPort}",
+            "haListenAddress": f"{cfg.brokerIP1}:{cfg.haListenPort}",
+            "minOffset": store.min_phy_offset,
+            "maxOffset": store.max_phy_offset,
+            "flushedOffset": store.flushed_offset,
+            "dispatchedOffset": store.dispatched_offset,
+            "confirmOffset": store.max_phy_offset,
+            "mappedFileSizeCommitLog": store.mapped_file_size,
+            "readPolicy": {
+                "slaveReadEnable": cfg.slaveReadEnable,
+                "accessMessageInMemoryMaxRatio": cfg.accessMessageInMemoryMaxRatio,
+            },
+            "ready": self.readiness()[0],
+            "uptimeSeconds": round(time.monotonic() - self.started_at, 3),
+        }
+        if self.ha_service is not None:
+            out["master"] = self.ha_service.status()
+        if self.ha_client is not None:
+            slave = dict(self.ha_client.status())
+            slave["metadata"] = self.slave_sync.status() if self.slave_sync else None
+            out["slave"] = slave
+        return out

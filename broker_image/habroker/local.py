@@ -1,0 +1,244 @@
+"""Real broker processes on 127.0.0.1: one broker, or a master with slaves.
+
+Tests, benchmarks and the local demo all run brokers this way — separate processes with their
+own store directories and ports — so what they exercise is what a pod runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class LocalBroker:
+    """One ``habroker serve`` process; its log goes to ``<root>/broker.log``."""
+
+    def __init__(self, root: Path, **config: Any) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.config: dict[str, Any] = {
+            "brokerName": "broker-a",
+            "bindAddress": "127.0.0.1",
+            "brokerIP1": "127.0.0.1",
+            "listenPort": free_port(),
+            "haListenPort": free_port(),
+            "storePathRootDir": str(self.root / "store"),
+        }
+        self.config.update(config)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.config['listenPort']}"
+
+    @property
+    def ha_address(self) -> str:
+        return f"127.0.0.1:{self.config['haListenPort']}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / "broker.log"
+
+    def write_config(self) -> Path:
+        path = self.root / "broker.conf"
+        lines = []
+        for key, value in self.config.items():
+            text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+            lines.append(f"{key}={text}")
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
+    def start(self, wait: bool = True, timeout: float = 30.0) -> LocalBroker:
+        if self.proc is not None and self.proc.poll() is None:
+            raise RuntimeError(f"broker {self.address} is already running (pid {self.proc.pid})")
+        conf = self.write_config()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HABROKER_")}
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it from here
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "habroker", "serve", "--config", str(conf)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        finally:
+            log.close()
+        if wait:
+            self.wait_healthy(timeout)
+        return self
+
+    def wait_healthy(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"broker exited with {self.proc.returncode}; log:\n{self.tail_log()}"
+                )
+            try:
+                with urllib.request.urlopen(f"http://{self.address}/healthz", timeout=1) as resp:
+                    if resp.status == 200:
+                        return
+            except (OSError, urllib.error.URLError):
+                pass
+            time.sleep(0.05)
+        raise TimeoutError(
+            f"broker {self.address} not healthy after {timeout}s; log:\n{self.tail_log()}"
+        )
+
+    def tail_log(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def signal(self, sig: int) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            raise RuntimeError(f"broker {self.address} is not running")
+        os.kill(self.proc.pid, sig)
+
+    def pause(self) -> None:
+        self.signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.signal(signal.SIGCONT)
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, as far as the store can tell."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        """SIGTERM and wait: a clean shutdown (SIGKILL if it does not come)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    # -- small HTTP helpers for scripts and tests ------------------------------------------
+    def request(
+        self, method: str, path: str, payload: Any | None = None, timeout: float = 10.0
+    ) -> tuple[int, Any]:
+        data = None if payload is None else json.dumps(payload).encode()
+        req = urllib.request.Request(
+            f"http://{self.address}{path}",
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json"} if data else {},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                body = resp.read()
+                return resp.status, json.loads(body) if body else None
+        except urllib.error.HTTPError as err:
+            body = err.read()
+            try:
+                return err.code, json.loads(body)
+            except ValueError:
+                return err.code, body.decode(errors="replace")
+
+    def status(self) -> dict[str, Any]:
+        code, body = self.request("GET", "/v1/status")
+        if code != 200:
+            raise RuntimeError(f"status {code}: {body}")
+        result: dict[str, Any] = body
+        return result
+
+
+class LocalGroup:
+    """A master and ``slaves`` slaves replicating from it, each its own process."""
+
+    def __init__(self, root: Path, slaves: int = 1, mode: str = "ASYNC", **config: Any) -> None:
+        role = {"SYNC": "SYNC_MASTER", "ASYNC": "ASYNC_MASTER"}[mode.upper()]
+        self.master = LocalBroker(Path(root) / "master", brokerId=0, brokerRole=role, **config)
+        self.slaves = [
+            LocalBroker(
+                Path(root) / f"slave-{i}",
+                brokerId=i,
+                brokerRole="SLAVE",
+                haMasterAddress=self.master.ha_address,
+                masterHttpAddress=self.master.address,
+                **config,
+            )
+            for i in range(1, slaves + 1)
+        ]
+
+    @property
+    def brokers(self) -> list[LocalBroker]:
+        return [self.master, *self.slaves]
+
+    @property
+    def endpoints(self) -> str:
+        """``0=host:port,1=host:port`` — what clients and the Spark connector take."""
+        return ",".join(f"{b.config['brokerId']}={b.address}" for b in self.brokers)
+
+    def broker_map(self) -> Mapping[int, str]:
+        return {int(b.config["brokerId"]): b.address for b in self.brokers}
+
+    def start(self) -> LocalGroup:
+        self.master.start()
+        for slave in self.slaves:
+            slave.start()
+        return self
+
+    def stop(self) -> None:
+        for broker in reversed(self.brokers):
+            broker.stop()
+
+    def wait_replicated(self, timeout: float = 60.0) -> None:
+        """Until every slave has the master's max offset."""
+        deadline = time.monotonic() + timeout
+        target = -1
+        while time.monotonic() < deadline:
+            target = self.master.status()["maxOffset"]
+            if all(s.status()["maxOffset"] >= target for s in self.slaves):
+                return
+            time.sleep(0.05)
+        offsets = [s.status()["maxOffset"] for s in self.slaves]
+        raise TimeoutError(f"slaves at {offsets}, master at {target} after {timeout}s")
+
+    def __enter__(self) -> LocalGroup:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def local_broker(root: Path, **config: Any) -> Iterator[LocalBroker]:
+    broker = LocalBroker(root, **config).start()
+    try:
+        yield broker
+    finally:
+        broker.stop()

@@ -1,0 +1,531 @@
+"""The HTTP/1.1 client and admin API (aiohttp): translation between HTTP and the broker.
+
+Routes and shapes are documented in ``docs/http-api.md`` and ``openapi.yaml``. Every refusal is
+a JSON error with a stable ``error`` code; nothing here decides policy.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from typing import Any
+
+from aiohttp import web
+
+from habroker.broker import BrokerController, BrokerError
+from habroker.config import ConfigError
+from habroker.message import decode_records
+from habroker.metadata import MetadataError
+from habroker.metrics import Exposition
+from habroker.store import BatchEntry, StoreError
+from habroker.wire import BATCH_CONTENT_TYPE, RECORDS_CONTENT_TYPE, BadBatch, decode_batch
+
+log = logging.getLogger(__name__)
+
+BROKER_KEY = web.AppKey("broker", BrokerController)
+MAX_PULL_MESSAGES = 1024
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def error_response(status: int, code: str, message: str, **details: Any) -> web.Response:
+    body: dict[str, Any] = {"error": code, "message": message}
+    if details:
+        body["details"] = {k: v for k, v in details.items() if v is not None}
+    return web.json_response(body, status=status)
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Turn every refusal into JSON; an unexpected exception is a logged 500, never a crash."""
+    broker = request.app[BROKER_KEY]
+    try:
+        return await handler(request)
+    except BrokerError as exc:
+        broker.stats.request_errors[exc.code] += 1
+        return error_response(exc.http_status, exc.code, str(exc), **exc.details)
+    except BadBatch as exc:
+        broker.stats.request_errors["bad_batch"] += 1
+        return error_response(400, "bad_batch", str(exc), index=exc.index)
+    except MetadataError as exc:
+        broker.stats.request_errors[exc.code] += 1
+        return error_response(400, exc.code, str(exc))
+    except ConfigError as exc:
+        broker.stats.request_errors["bad_config"] += 1
+        return error_response(400, "bad_config", str(exc))
+    except StoreError as exc:
+        code, status = store_error_code(exc)
+        broker.stats.request_errors[code] += 1
+        return error_response(status, code, str(exc))
+    except web.HTTPException as exc:
+        if exc.status >= 400 and exc.content_type != "application/json":
+            return error_response(
+                exc.status, exc.reason.lower().replace(" ", "_"), exc.text or exc.reason
+            )
+        raise
+    except Exception:
+        log.exception("unhandled error in %s %s", request.method, request.path)
+        broker.stats.request_errors["internal"] += 1
+        return error_response(500, "internal", "internal error; see the broker log")
+
+
+def store_error_code(exc: StoreError) -> tuple[str, int]:
+    name = type(exc).__name__
+    return {
+        "MessageTooLarge": ("message_too_large", 413),
+        "PropertiesTooLarge": ("properties_too_large", 400),
+        "StoreNotWritable": ("store_not_writable", 503),
+    }.get(name, ("store_error", 500))
+
+
+# -- helpers ---------------------------------------------------------------------------------
+def _int_param(
+    request: web.Request,
+    name: str,
+    default: int | None = None,
+    *,
+    lo: int | None = None,
+    hi: int | None = None,
+) -> int:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        if default is None:
+            raise BrokerError("bad_request", f"query parameter {name!r} is required")
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BrokerError("bad_request", f"{name}={raw!r}: expected an integer") from None
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        raise BrokerError("bad_request", f"{name}={value}: must be {lo}..{hi}")
+    return value
+
+
+def _path_int(request: web.Request, name: str) -> int:
+    raw = request.match_info[name]
+    try:
+        return int(raw)
+    except ValueError:
+        raise BrokerError("bad_request", f"{name}={raw!r}: expected an integer") from None
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    if request.content_type != "application/json":
+        raise BrokerError(
+            "unsupported_media_type",
+            f"expected application/json, got {request.content_type!r}",
+            415,
+        )
+    try:
+        data = await request.json()
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BrokerError("bad_json", f"request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise BrokerError("bad_json", "request body must be a JSON object")
+    return data
+
+
+def _peer(request: web.Request) -> tuple[str, int]:
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return str(peer[0]), int(peer[1])
+    return "127.0.0.1", 0
+
+
+# -- handlers --------------------------------------------------------------------------------
+async def produce(request: web.Request) -> web.Response:
+    broker = request.app[BROKER_KEY]
+    topic = request.match_info["topic"]
+    if request.content_type != BATCH_CONTENT_TYPE:
+        raise BrokerError(
+            "unsupported_media_type",
+            f"produce takes {BATCH_CONTENT_TYPE} (RocketMQ batch encoding), got "
+            f"{request.content_type!r}",
+            415,
+        )
+    max_request = broker.config.maxMessageSize * 16
+    if request.content_length is not None and request.content_length > max_request:
+        raise BrokerError(
+            "request_too_large",
+            f"request of {request.content_length} bytes exceeds "
+            f"{max_request} (maxMessageSize * 16)",
+            413,
+        )
+    queue_id = _int_param(request, "queueId", -1, lo=-1)
+    data = await request.read()
+    entries = [BatchEntry(e.flag, e.body, e.properties) for e in decode_batch(data)]
+    result, queue_id = await broker.produce(topic, queue_id, entries, _peer(request))
+    return web.json_response(
+        {
+            "status": result.status.value,
+            "topic": topic,
+            "queueId": queue_id,
+            "queueOffset": result.queue_offset,
+            "count": result.count,
+            "commitLogOffset": result.wrote_offset,
+            "wroteBytes": result.wrote_bytes,
+            "msgId": result.msg_id,
+        }
+    )
+
+
+async def pull(request: web.Request) -> web.Response:
+    broker = request.app[BROKER_KEY]
+    topic = request.match_info["topic"]
+    queue_id = _path_int(request, "queueId")
+    offset = _int_param(request, "offset", lo=0)
+    max_msgs = _int_param(request, "max", 32, lo=1, hi=MAX_PULL_MESSAGES)
+    max_bytes = _int_param(request, "maxBytes", 4 * 1024 * 1024, lo=1)
+    group = request.query.get("group") or None
+    outcome = broker.pull(topic, queue_id, offset, max_msgs, group, max_bytes)
+    result = outcome.result
+    status = "PULL_RETRY_IMMEDIATELY" if outcome.retry_immediately else result.status.value
+    headers = {
+        "X-Pull-Status": status,
+        "X-Next-Begin-Offset": str(result.next_begin_offset),
+        "X-Min-Offset": str(result.min_offset),
+        "X-Max-Offset": str(result.max_offset),
+        "X-Suggest-Which-Broker-Id": str(outcome.suggest_which_broker_id),
+        "X-Broker-Id": str(broker.config.brokerId),
+        "X-Message-Count": str(result.message_count),
+    }
+    payload = b"".join(result.records)
+    broker.stats.pull_bytes += len(payload)
+    if "application/json" in request.headers.get("Accept", ""):
+        messages = [
+            {
+                "topic": m.topic,
+                "queueId": m.queue_id,
+                "queueOffset": m.queue_offset,
+                "commitLogOffset": m.commit_log_offset,
+                "bornTimestamp": m.born_timestamp,
+                "storeTimestamp": m.store_timestamp,
+                "msgId": m.msg_id,
+                "properties": m.properties,
+                "body": base64.b64encode(m.body).decode(),
+            }
+            for m in decode_records(payload)
+        ]
+        return web.json_response(
+            {
+                "status": status,
+                "nextBeginOffset": result.next_begin_offset,
+                "minOffset": result.min_offset,
+                "maxOffset": result.max_offset,
+                "suggestWhichBrokerId": outcome.suggest_which_broker_id,
+                "brokerId": broker.config.brokerId,
+                "messages": messages,
+            },
+            headers=headers,
+        )
+    return web.Response(body=payload, content_type=RECORDS_CONTENT_TYPE, headers=headers)
+
+
+async def create_topic(request: web.Request) -> web.Response:
+    broker = request.app[BROKER_KEY]
+    if broker.is_slave:
+        raise BrokerError("not_master", "topics are created on the master; slaves copy them", 403)
+    body = await _json_body(request)
+    topic = body.get("topic")
+    if not isinstance(topic, str):
+        raise BrokerError("bad_topic", "field 'topic' (string) is required")
+    nums = broker.config.defaultTopicQueueNums
+    values = {}
+    for key, default in (("readQueueNums", nums), ("writeQueueNums", nums), ("perm", 6)):
+        value = body.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise BrokerError("bad_topic", f"field {key!r} must be an integer, got {value!r}")
+        values[key] = value
+    unknown = set(body) - {"topic", "readQueueNums", "writeQueueNums", "perm"}
+    if unknown:
+        raise BrokerError("bad_topic", f"unknown field(s): {', '.join(sorted(unknown))}")
+    cfg, changed = broker.topics.create(
+        topic, values["readQueueNums"], values["writeQueueNums"], values["perm"]
+    )
+    return web.json_response(
+        broker.topics.to_json()["topicConfigTable"][cfg.topicName], status=201 if changed else 200
+    )
+
+
+async def list_topics(request: web.Request) -> web.Response:
+    return web.json_response(request.app[BROKER_KEY].topics.to_json())
+
+
+async def put_group(request: web.Request) -> web.Response:
+    broker = request.app[BROKER_KEY]
+    if broker.is_slave:
+        raise BrokerError(
+            "not_master", "subscription groups are set on the master; slaves copy them", 403
+        )
+    cfg = broker.groups.update(request.match_info["group"], await _json_body(request))
+    return web.json_response(broker.groups.to_json()["subscriptionGroupTable"][cfg.groupName])
+
+
+async def list_groups(request: web.Request) -> web.Response:
+    return web.json_response(request.app[BROKER_KEY].groups.to_json())
+
+
+async def commit_offset(request: web.Request) -> web.Response:
+    broker = request.app[BROKER_KEY]
+    body = await _json_body(request)
+    offset = body.get("offset")
+    if isinstance(offset, bool) or not isinstance(offset, int):
+        raise BrokerError("bad_request", f"field 'offset' must be an integer, got {offset!r}")
+    broker.commit_offset(
+        request.match_info["group"],
+        request.match_info["topic"],
+        _path_int(request, "queueId"),
+        offset,
+    )
+    return web.json_response({"offset": offset})
+
+
+async def query_offset(request: web.Request) -> web.Response:
+    broker = request.app[BROKER_KEY]
+    group, topic = request.match_info["group"], request.match_info["topic"]
+    offset = broker.offsets.query(group, topic, _path_int(request, "queueId"))
+    if offset is None:
+        raise BrokerError(
+            "no_offset",
+            f"group {group!r} has no offset for {topic}/{request.match_info['queueId']}",
+            404,
+        )
+    return web.json_response({"offset": offset})
+
+
+async def all_offsets(request: web.Request) -> web.Response:
+    return web.json_response(request.app[BROKER_KEY].offsets.to_json())
+
+
+async def status(request: web.Request) -> web.Response:
+    return web.json_response(request.app[BROKER_KEY].status())
+
+
+async def set_master_address(request: web.Request) -> web.Response:
+    broker = request.app[BROKER_KEY]
+    body = await _json_body(request)
+    ha = body.get("haMasterAddress")
+    http = body.get("masterHttpAddress")
+    if not isinstance(ha, str) or (http is not None and not isinstance(http, str)):
+        raise BrokerError(
+            "bad_request",
+            "fields: haMasterAddress (string, host:port or ''), "
+            "masterHttpAddress (optional string)",
+        )
+    broker.set_master_address(ha, http)
+    return web.json_response(
+        {"haMasterAddress": ha, "masterHttpAddress": broker.master_http_address}
+    )
+
+
+async def get_role(request: web.Request) -> web.Response:
+    broker = request.app[BROKER_KEY]
+    return web.json_response(
+        {
+            "role": broker.role.value,
+            "brokerId": broker.config.brokerId,
+            "brokerName": broker.config.brokerName,
+        }
+    )
+
+
+async def get_config(request: web.Request) -> web.Response:
+    return web.json_response(request.app[BROKER_KEY].config.to_properties())
+
+
+async def patch_config(request: web.Request) -> web.Response:
+    broker = request.app[BROKER_KEY]
+    body = await _json_body(request)
+    bad = [k for k in body if k not in broker.config.RUNTIME_KEYS]
+    if bad:
+        raise BrokerError(
+            "not_runtime_key",
+            f"cannot change {', '.join(bad)} at runtime; runtime keys: "
+            f"{', '.join(broker.config.RUNTIME_KEYS)}",
+        )
+    new = broker.update_config(body)
+    return web.json_response({k: new.to_properties()[k] for k in body})
+
+
+async def clean_expired(request: web.Request) -> web.Response:
+    broker = request.app[BROKER_KEY]
+    result = await broker.store.clean_expired(force=True)
+    return web.json_response({"deletedFiles": result.deleted_files, "minOffset": result.min_offset})
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok\n")
+
+
+async def readyz(request: web.Request) -> web.Response:
+    ok, reason = request.app[BROKER_KEY].readiness()
+    return web.Response(text=reason + "\n", status=200 if ok else 503)
+
+
+async def openapi(request: web.Request) -> web.Response:
+    text = resources.files("habroker").joinpath("openapi.yaml").read_text(encoding="utf-8")
+    return web.Response(text=text, content_type="application/yaml")
+
+
+async def metrics(request: web.Request) -> web.Response:
+    broker = request.app[BROKER_KEY]
+    return web.Response(
+        body=render_metrics(broker).encode(), headers={"Content-Type": Exposition.CONTENT_TYPE}
+    )
+
+
+def render_metrics(broker: BrokerController) -> str:
+    s = broker.stats
+    store = broker.store
+    exp = Exposition()
+    labels = {"broker": broker.config.brokerName, "brokerId": str(broker.config.brokerId)}
+    exp.gauge(
+        "habroker_commitlog_max_offset",
+        "Commit-log max physical offset (bytes).",
+        store.max_phy_offset,
+        **labels,
+    )
+    exp.gauge(
+        "habroker_commitlog_min_offset",
+        "Commit-log min physical offset (bytes).",
+        store.min_phy_offset,
+        **labels,
+    )
+    exp.gauge(
+        "habroker_commitlog_flushed_offset",
+        "Commit-log offset known to be on disk.",
+        store.flushed_offset,
+        **labels,
+    )
+    exp.gauge(
+        "habroker_dispatched_offset",
+        "Commit-log offset indexed into consume queues.",
+        store.dispatched_offset,
+        **labels,
+    )
+    exp.counter("habroker_put_requests_total", "Produce requests stored.", s.put_requests, **labels)
+    exp.counter("habroker_put_messages_total", "Messages stored.", s.put_messages, **labels)
+    exp.counter(
+        "habroker_put_bytes_total", "Commit-log bytes written by produce.", s.put_bytes, **labels
+    )
+    exp.family(
+        "habroker_put_status_total",
+        "counter",
+        "Produce results by status.",
+        [({**labels, "status": k}, v) for k, v in sorted(s.put_status.items())],
+    )
+    exp.counter("habroker_pull_requests_total", "Pull requests served.", s.pull_requests, **labels)
+    exp.counter(
+        "habroker_pull_messages_total", "Messages returned by pulls.", s.pull_messages, **labels
+    )
+    exp.counter("habroker_pull_bytes_total", "Bytes returned by pulls.", s.pull_bytes, **labels)
+    exp.family(
+        "habroker_request_errors_total",
+        "counter",
+        "Refused requests by error code.",
+        [({**labels, "error": k}, v) for k, v in sorted(s.request_errors.items())],
+    )
+    st = broker.status()
+    if "master" in st:
+        m = st["master"]
+        exp.gauge(
+            "habroker_ha_push2slave_max_offset",
+            "Highest offset any slave acknowledged.",
+            m["push2SlaveMaxOffset"],
+            **labels,
+        )
+        exp.gauge("habroker_ha_connections", "Connected slaves.", m["connectionCount"], **labels)
+        exp.gauge(
+            "habroker_ha_in_sync_slaves",
+            "Slaves within haMaxGapNotInSync.",
+            m["inSyncSlaves"],
+            **labels,
+        )
+        for name, key, help_text in (
+            ("habroker_ha_slave_ack_offset", "ackOffset", "Offset the slave acknowledged."),
+            ("habroker_ha_slave_lag_bytes", "lagBytes", "Master max offset minus the slave's ack."),
+            ("habroker_ha_slave_in_sync", "inSync", "1 if the slave is in sync."),
+            (
+                "habroker_ha_slave_last_report_age_ms",
+                "lastReportAgeMs",
+                "Age of the slave's last report.",
+            ),
+        ):
+            exp.family(
+                name,
+                "gauge",
+                help_text,
+                [({**labels, "slave": sl["address"]}, int(sl[key])) for sl in m["slaves"]],
+            )
+    if "slave" in st:
+        sl = st["slave"]
+        exp.gauge(
+            "habroker_ha_connected",
+            "1 while connected to the master.",
+            int(bool(sl.get("connected"))),
+            **labels,
+        )
+        seen = sl.get("masterMaxOffsetSeen") or 0
+        exp.gauge(
+            "habroker_ha_master_lag_bytes",
+            "Latest master offset seen minus local max offset.",
+            max(0, seen - store.max_phy_offset),
+            **labels,
+        )
+        exp.gauge(
+            "habroker_ha_reconnects",
+            "Reconnections to the master.",
+            int(sl.get("reconnects") or 0),
+            **labels,
+        )
+    return exp.render()
+
+
+def add_routes(router: web.UrlDispatcher) -> None:
+    """Every route; ``openapi.yaml`` documents exactly these (a test holds them together)."""
+    r = router
+    r.add_post("/v1/topics/{topic}/messages", produce)
+    r.add_get("/v1/topics/{topic}/queues/{queueId}/messages", pull)
+    r.add_post("/v1/topics", create_topic)
+    r.add_get("/v1/topics", list_topics)
+    r.add_put("/v1/subscription-groups/{group}", put_group)
+    r.add_get("/v1/subscription-groups", list_groups)
+    r.add_put("/v1/consumer-offsets/{group}/{topic}/{queueId}", commit_offset)
+    r.add_get("/v1/consumer-offsets/{group}/{topic}/{queueId}", query_offset)
+    r.add_get("/v1/consumer-offsets", all_offsets)
+    r.add_get("/v1/status", status)
+    r.add_put("/v1/admin/master-address", set_master_address)
+    r.add_get("/v1/admin/role", get_role)
+    r.add_get("/v1/admin/config", get_config)
+    r.add_patch("/v1/admin/config", patch_config)
+    r.add_post("/v1/admin/clean-expired", clean_expired)
+    r.add_get("/v1/openapi.yaml", openapi)
+    r.add_get("/healthz", healthz)
+    r.add_get("/readyz", readyz)
+    r.add_get("/metrics", metrics)
+
+
+def create_app(broker: BrokerController) -> web.Application:
+    limit = broker.config.maxMessageSize * 16 + 1024 * 1024
+    app = web.Application(middlewares=[errors_middleware], client_max_size=limit)
+    app[BROKER_KEY] = broker
+    add_routes(app.router)
+    return app
+
+
+async def serve(broker: BrokerController) -> web.AppRunner:
+    """Start the broker and its HTTP listener; the caller awaits a stop signal, then cleans up."""
+    await broker.start()
+    runner = web.AppRunner(create_app(broker), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(
+        runner, broker.config.bindAddress, broker.config.listenPort, reuse_address=True
+    )
+    try:
+        await site.start()
+    except OSError:
+        await runner.cleanup()
+        await broker.stop()
+        raise
+    return runner
