@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import struct
@@ -203,3 +204,37 @@ async def test_connect_failures_back_off_and_are_reported(nodes) -> None:
     await wait_until(lambda: slave.cl.status()["reconnects"] >= 3, what="retries")
     assert "connect to" in slave.cl.status()["lastError"]
     assert slave.cl.connected is False
+
+
+async def test_slave_reassembles_frames_cut_at_any_byte(nodes) -> None:
+    """Headers and bodies split across reads, frames of every size, three files: exact bytes."""
+    fake = JavaMasterStandIn()
+    await fake.start()
+    try:
+        slave, _reader, writer = await _connected_slave(nodes, fake)
+        rng = random.Random(11)
+        log = rng.randbytes(3 * FILE_SIZE - 500)
+        stream, offset = bytearray(), 0
+        while offset < len(log):
+            room = FILE_SIZE - offset % FILE_SIZE
+            size = min(rng.choice([1, 7, 12, 100, 4096, 40_000]), room, len(log) - offset)
+            stream += frame(offset, log[offset : offset + size])
+            if rng.random() < 0.1:
+                stream += frame(offset + size, b"")  # heartbeats in between
+            offset += size
+        pos = 0
+        while pos < len(stream):
+            cut = rng.choice([1, 5, 11, 13, 64, 3000, 70_000])
+            writer.write(bytes(stream[pos : pos + cut]))
+            await writer.drain()
+            pos += cut
+            if rng.random() < 0.2:
+                await asyncio.sleep(0.002)  # let the slave read what is there
+        await wait_until(lambda: slave.store.max_phy_offset == len(log), what="all appended")
+        assert slave.cl.status()["lastError"] is None
+        files = sorted(slave.config.commit_log_dir.iterdir())
+        assert [f.name for f in files] == [f"{i * FILE_SIZE:020d}" for i in range(3)]
+        assert b"".join(f.read_bytes() for f in files)[: len(log)] == log
+        writer.close()
+    finally:
+        await fake.stop()
