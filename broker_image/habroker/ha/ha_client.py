@@ -153,6 +153,10 @@ class HAClient:
             self.last_error = f"connect to {address} failed: {exc or 'timeout'}"
             log.warning("HA %s", self.last_error)
             return False
+        except BaseException:  # cancelled mid-connect (new address, stop)
+            if sock is not None:
+                sock.close()
+            raise
         self.connected = True
         self._last_read_at = time.monotonic()
         self._header_len = self._body_left = 0
