@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
 from habroker.config import BrokerRole
-from habroker.store.values import PutStatus
+from habroker.store.values import BatchEntry, PutStatus
 
 from tests.habroker.ha.ha_support import (
     FILE_SIZE,
+    JavaMasterStandIn,
     JavaSlaveStandIn,
     commit_log_files,
+    frame,
     produce,
+    read_report,
     wait_until,
 )
 
@@ -131,8 +135,6 @@ async def test_one_ack_releases_many_waiters(nodes) -> None:
     while got < ends[-1]:
         offset, body = await peer.read_frame()
         got = offset + len(body)
-    import asyncio
-
     waiters = [asyncio.ensure_future(master.ha.wait_for_replication(end, 30)) for end in ends]
     later = asyncio.ensure_future(master.ha.wait_for_replication(ends[-1] + 1, 30))
     await asyncio.sleep(0.05)
@@ -151,8 +153,6 @@ async def test_sync_master_put_ok_when_slave_acks(nodes) -> None:
     master = await nodes("master", brokerRole=BrokerRole.SYNC_MASTER)
     slave = await nodes("slave", master)
     await wait_until(lambda: master.ha.connection_count == 1, what="slave connected")
-    from habroker.store.values import BatchEntry
-
     for _ in range(20):
         result = master.store.put_messages(
             "T", 0, [BatchEntry(0, b"x" * 100, b"")], born_host=("127.0.0.1", 1)
@@ -167,8 +167,6 @@ async def test_sync_master_flush_slave_timeout_when_slave_never_acks(nodes) -> N
     peer = await JavaSlaveStandIn.connect(master.config.haListenPort)
     await peer.report(0)  # connected, then silent: a stopped slave
     await wait_until(lambda: master.ha.connection_count == 1, what="stand-in registered")
-    from habroker.store.values import BatchEntry
-
     result = master.store.put_messages(
         "T", 0, [BatchEntry(0, b"y" * 100, b"")], born_host=("127.0.0.1", 1)
     )
@@ -179,8 +177,6 @@ async def test_sync_master_flush_slave_timeout_when_slave_never_acks(nodes) -> N
 
 async def test_sync_master_slave_not_available_without_slave(nodes) -> None:
     master = await nodes("master", brokerRole=BrokerRole.SYNC_MASTER)
-    from habroker.store.values import BatchEntry
-
     result = master.store.put_messages(
         "T", 0, [BatchEntry(0, b"z", b"")], born_host=("127.0.0.1", 1)
     )
@@ -241,3 +237,81 @@ async def test_set_master_address_switches_masters(nodes) -> None:
     await wait_until(
         lambda: not slave.cl.connected and b.ha.connection_count == 0, what="disconnected"
     )
+
+
+async def _retain_from_third_file(master) -> int:
+    """Delete the master's oldest files (retention) so its min offset is not 0."""
+    await master.store.flush()
+    result = await master.store.clean_expired(force=True)
+    assert result.deleted_files >= 2 and master.store.min_phy_offset > 0
+    return master.store.min_phy_offset
+
+
+async def test_new_slave_copies_from_the_oldest_retained_file(nodes) -> None:
+    master = await nodes("master", fileReservedTime=0)
+    produce(master.store, 5 * FILE_SIZE)
+    oldest = await _retain_from_third_file(master)
+    top = produce(master.store, FILE_SIZE)
+    peer = await JavaSlaveStandIn.connect(master.config.haListenPort)
+    await peer.report(0)
+    offset, _ = await peer.read_frame()
+    assert offset == oldest
+    await peer.close()
+    slave = await nodes("slave", master)
+    await wait_until(lambda: slave.store.max_phy_offset == top, what="catch-up")
+    assert slave.store.min_phy_offset == oldest
+    m_files, s_files = commit_log_files(master.config), commit_log_files(slave.config)
+    assert m_files == s_files
+
+
+async def test_slave_behind_retention_is_refused_with_a_reason(nodes, caplog) -> None:
+    caplog.set_level(logging.INFO, logger="habroker.ha")
+    master = await nodes("master", fileReservedTime=0)
+    produce(master.store, 5 * FILE_SIZE)
+    oldest = await _retain_from_third_file(master)
+    peer = await JavaSlaveStandIn.connect(master.config.haListenPort)
+    await peer.report(oldest - 100)
+    assert await peer.closed_by_peer()
+    assert any("below the master's min offset" in r.getMessage() for r in caplog.records)
+
+
+async def test_two_slaves_replicate_and_push2slave_is_the_furthest_ack(nodes) -> None:
+    master = await nodes("master")
+    top = produce(master.store, 3 * FILE_SIZE)
+    first = await nodes("slave", master)
+    second = await nodes("slave", master, brokerId=2)
+    await wait_until(
+        lambda: first.store.max_phy_offset == second.store.max_phy_offset == top, what="both"
+    )
+    await wait_until(lambda: master.ha.connection_count == 2, what="two slaves listed")
+    await first.stop()
+    await wait_until(lambda: master.ha.connection_count == 1, what="one left")
+    top = produce(master.store, FILE_SIZE)
+    await wait_until(lambda: master.ha.push2slave_max_offset == top, what="ack from the other")
+    assert [s["ackOffset"] for s in master.ha.status()["slaves"]] == [top]
+
+
+async def test_slave_indexes_a_record_only_once_all_of_it_arrived(nodes) -> None:
+    source = await nodes("master")
+    top = produce(source.store, 5000, body_size=3000, batch=1)
+    data = bytes(source.store.get_commit_log_data(0).view[:top])
+    fake = JavaMasterStandIn()
+    await fake.start()
+    try:
+        slave = await nodes("slave", None)
+        slave.cl.set_master_address(fake.address)
+        reader, writer = await fake.accept()
+        assert await read_report(reader) == 0
+        cut = 4000  # inside the second record
+        writer.write(frame(0, data[:cut]))
+        await writer.drain()
+        assert await read_report(reader) == cut
+        first_record_end = slave.store.dispatched_offset
+        assert 0 < first_record_end < cut
+        writer.write(frame(cut, data[cut:]))
+        await writer.drain()
+        assert await read_report(reader) == top
+        await wait_until(lambda: slave.store.dispatched_offset == top, what="dispatch")
+        writer.close()
+    finally:
+        await fake.stop()
