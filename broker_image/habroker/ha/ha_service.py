@@ -20,7 +20,10 @@ from habroker.ha.group_transfer import GroupTransferService
 from habroker.ha.ha_connection import HAConnection
 
 if TYPE_CHECKING:
-    from habroker.store import MessageStore, PutResult, PutStatus
+    from habroker.store import MessageStore, PutResult
+
+# needed at run time (handle_put compares and returns statuses), not only for typing
+from habroker.store.values import PutStatus
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +169,7 @@ class HAService:
             "connectionCount": len(slaves),
             "inSyncSlaves": sum(1 for s in slaves if s["inSync"]),
             "slaves": slaves,
-            "haListenAddress": f"{host}:{port}",
+            "boundAddress": f"{host}:{port}",
             "socketCount": len(self.connections),
             "acceptedConnectionsTotal": self.accept_service.accepted_total,
             "closedConnectionsTotal": self.dropped_total,
