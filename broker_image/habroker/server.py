@@ -76,6 +76,7 @@ def store_error_code(exc: StoreError) -> tuple[str, int]:
         "MessageTooLarge": ("message_too_large", 413),
         "PropertiesTooLarge": ("properties_too_large", 400),
         "StoreNotWritable": ("store_not_writable", 503),
+        "InvalidTopic": ("bad_topic", 400),
     }.get(name, ("store_error", 500))
 
 

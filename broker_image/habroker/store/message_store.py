@@ -26,7 +26,7 @@ from habroker.message import (
     MAX_TOPIC_LENGTH_V1,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_TYPE_MASK,
-    DispatchRequest,
+    DispatchTuple,
     MessageExt,
     decode_record,
     host_block,
@@ -92,6 +92,7 @@ class MessageStore:
         self._new_data: asyncio.Event | None = None
         self._new_messages: asyncio.Event | None = None
         self.last_exit_ok = True
+        self._last_cq: ConsumeQueue | None = None  # dispatch fast path: batches share a queue
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -100,6 +101,7 @@ class MessageStore:
             return
         self.root.mkdir(parents=True, exist_ok=True)
         self._take_lock()
+        self.config.commit_log_dir.mkdir(parents=True, exist_ok=True)
         try:
             self.checkpoint = StoreCheckpoint(self.root / "checkpoint")
             abort = self.root / "abort"
@@ -174,6 +176,7 @@ class MessageStore:
         for cq in self.consume_queues.values():
             cq.close()
         self.consume_queues = {}
+        self._last_cq = None
         if self.checkpoint is not None:
             self.checkpoint.close()
             self.checkpoint = None
@@ -257,24 +260,30 @@ class MessageStore:
     def _is_slave(self) -> bool:
         return self.config.brokerRole == BrokerRole.SLAVE
 
-    def _dispatch(self, req: DispatchRequest) -> None:
-        tran = req.sys_flag & TRANSACTION_TYPE_MASK
+    def _dispatch(self, record: DispatchTuple) -> None:
+        """Index one record (the dispatcher's tuple form of a DispatchRequest)."""
+        topic, queue_id, phys, size, tags, _ts, queue_offset, sys_flag = record
+        tran = sys_flag & TRANSACTION_TYPE_MASK
         if tran and tran != TRANSACTION_COMMIT_TYPE:
             return  # prepared and rolled-back halves never enter a consume queue
-        key = (req.topic, req.queue_id)
-        cq = self.consume_queues.get(key)
-        if cq is None:
-            if not _TOPIC_RE.match(req.topic) or req.queue_id < 0:
-                log.error(
-                    "record at %d has topic %r queue %d that cannot name a consume "
-                    "queue; not indexed",
-                    req.commit_log_offset,
-                    req.topic,
-                    req.queue_id,
-                )
-                return
-            cq = self._new_consume_queue(req.topic, req.queue_id)
-        cq.put_unit(req.commit_log_offset, req.size, req.tags_code, req.queue_offset)
+        last = self._last_cq
+        if last is not None and last.queue_id == queue_id and last.topic == topic:
+            cq = last
+        else:
+            found = self.consume_queues.get((topic, queue_id))
+            if found is None:
+                if not _TOPIC_RE.match(topic) or queue_id < 0:
+                    log.error(
+                        "record at %d has topic %r queue %d that cannot name a consume "
+                        "queue; not indexed",
+                        phys,
+                        topic,
+                        queue_id,
+                    )
+                    return
+                found = self._new_consume_queue(topic, queue_id)
+            cq = self._last_cq = found
+        cq.put_unit(phys, size, tags, queue_offset)
 
     def _notify(self) -> None:
         if self._new_data is not None:
