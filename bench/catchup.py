@@ -7,9 +7,11 @@ time (its process group is killed on timeout) and returns its JSON.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,7 +30,8 @@ def run(settings: common.Settings, out: Path, timeout: float = 900) -> dict[str,
         return {"skipped": "bench/ha_catchup.py has not landed on this branch yet"}
     runs = "1" if settings.quick else str(settings.reps)
     cmd = [sys.executable, "-m", "bench.ha_catchup", "--size", settings.catchup_size]
-    cmd += ["--runs", runs, "--out", str(out), "--workdir", str(settings.scratch / "catchup")]
+    work = settings.scratch / f"catchup-{os.getpid()}"
+    cmd += ["--runs", runs, "--out", str(out), "--workdir", str(work)]
     proc = subprocess.Popen(cmd, cwd=common.ROOT, start_new_session=True)
     common.register(proc)
     try:
@@ -39,6 +42,9 @@ def run(settings: common.Settings, out: Path, timeout: float = 900) -> dict[str,
         return {"error": f"ha_catchup did not finish within {timeout:.0f} s"}
     finally:
         common.stop(proc)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # its own children, should any be left
+        shutil.rmtree(work, ignore_errors=True)
     if code != 0:
         return {"error": f"ha_catchup exited with {code}"}
     result: dict[str, Any] = json.loads(out.read_text())

@@ -50,21 +50,12 @@ def add_ratios(results: dict[str, Any]) -> None:
 
 
 def catchup_ratio(results: dict[str, Any]) -> tuple[float | None, float | None, float | None]:
-    """(catch-up MB/s, loopback limit MB/s, ratio) from ha_catchup's JSON, whatever its keys."""
+    """(catch-up MB/s, loopback limit MB/s, ratio of medians) from ``bench.ha_catchup``'s JSON."""
     data = results.get("catchup") or {}
-    if "skipped" in data or "error" in data:
-        return None, None, None
-
-    def med(key: str) -> float | None:
-        v = data.get(key)
-        if isinstance(v, dict):
-            return v.get("median") or v.get("median_mb_s")
-        return v if isinstance(v, int | float) else None
-
-    ha = med("ha") or med("ha_mb_s") or med("catchup")
-    limit = med("limit") or med("limit_mb_s") or med("loopback")
-    r = data.get("ratio") or data.get("ratio_of_medians") or ratio(ha, limit)
-    return ha, limit, r if isinstance(r, int | float) else None
+    ha = median_of(data.get("ha_MBps"))
+    limit = median_of(data.get("limit_MBps"))
+    r = data.get("ratio_median")
+    return ha, limit, float(r) if isinstance(r, int | float) else ratio(ha, limit)
 
 
 def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
