@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from bench.stats import median_of, ratio
 
+ANALYSIS = Path(__file__).resolve().parent / "analysis.md"
 PEER = {"habroker_async": "redis_pipelined", "habroker_sync": "redis_wait"}
 
 
@@ -275,4 +277,6 @@ def markdown(results: dict[str, Any]) -> str:
     notes = results.get("notes", [])
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    if ANALYSIS.exists():  # hand-written: what the profiles say bounds each figure
+        lines += ["", ANALYSIS.read_text().rstrip()]
     return "\n".join(lines) + "\n"

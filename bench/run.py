@@ -35,6 +35,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--results-dir", type=Path, default=common.RESULTS_DIR)
     p.add_argument("--docs", type=Path, default=common.ROOT / "docs" / "benchmarks.md")
     p.add_argument("--scratch", type=Path, default=common.SCRATCH_DIR)
+    p.add_argument(
+        "--report-only",
+        action="store_true",
+        help="run nothing: regenerate plots and docs from the JSON in --results-dir",
+    )
     p.add_argument("--max-seconds", type=float, default=1500, help="skip what would start later")
     return p.parse_args(argv)
 
@@ -68,10 +73,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     settings = settings_from(args)
     common.install_signal_handlers()
-    wanted = list(args.only or MODULES)
+    wanted = [] if args.report_only else list(args.only or MODULES)
     args.results_dir.mkdir(parents=True, exist_ok=True)
     settings.scratch.mkdir(parents=True, exist_ok=True)
-    results = load_previous(args.results_dir) if args.only else {}
+    keep = args.only or args.report_only
+    results = load_previous(args.results_dir) if keep else {}
+    if args.report_only:
+        with contextlib.suppress(OSError, ValueError):
+            results["meta"] = json.loads((args.results_dir / "summary.json").read_text())["meta"]
     started = time.monotonic()
     meta: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
@@ -131,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         common.stop_all()
     meta["elapsed_s"] = time.monotonic() - started
+    if args.report_only:
+        meta = results.get("meta", meta)
     results["meta"] = {**results.get("meta", {}), **meta} if args.only else meta
     report.add_ratios(results)
     results["goals"] = report.goals(results)
