@@ -20,6 +20,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -34,12 +35,15 @@ CRD = ROOT / "crds" / "brokergroup.io_brokergroups.yaml"
 POLL = 2.0
 
 
-def _server_is_local(kubeconfig: str) -> bool:
-    """Never send traffic to an apiserver address that is not on this machine (a stale
-    kubeconfig of a stopped local cluster points at an address routed off-host)."""
+def _server_host(kubeconfig: str) -> str:
     config = yaml.safe_load(Path(kubeconfig).read_text())
     server = config["clusters"][0]["cluster"]["server"]
-    host = re.sub(r"^https?://", "", server).rsplit(":", 1)[0].strip("[]")
+    return str(re.sub(r"^https?://", "", server).rsplit(":", 1)[0].strip("[]"))
+
+
+def _is_local(host: str) -> bool:
+    """Is this apiserver address on this machine? A stopped local cluster's kubeconfig points
+    at an address that is then routed off-host: never send traffic there."""
     try:
         ip = ipaddress.ip_address(host)
     except ValueError:
@@ -50,21 +54,56 @@ def _server_is_local(kubeconfig: str) -> bool:
     return f" {host}/" in out
 
 
+class ClusterGone(Exception):
+    """The cluster's apiserver address left this machine (someone stopped the cluster)."""
+
+
+class LocalKube:
+    """The suite's Kube, refusing every call once the apiserver address is not local."""
+
+    def __init__(self, kube: Kube) -> None:
+        self._kube = kube
+        self.env = kube.env
+        self.host = _server_host(kube.env["KUBECONFIG"])
+
+    def check(self) -> None:
+        if not _is_local(self.host):
+            raise ClusterGone(f"apiserver {self.host} is no longer on this machine")
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._kube, name)
+        if not callable(attr):
+            return attr
+
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            self.check()
+            return attr(*args, **kwargs)
+
+        return guarded
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _local_apiserver_only() -> None:
     kubeconfig = os.environ.get("KUBECONFIG", "")
-    if kubeconfig and os.path.exists(kubeconfig) and not _server_is_local(kubeconfig):
+    if kubeconfig and os.path.exists(kubeconfig) and not _is_local(_server_host(kubeconfig)):
         pytest.skip("KUBECONFIG's apiserver address is not on this machine (cluster down?)")
 
 
-@pytest.fixture(scope="module")
-def crd(kube: Kube) -> None:
+@pytest.fixture
+def lkube(kube: Kube) -> LocalKube:
+    return LocalKube(kube)
+
+
+@pytest.fixture
+def crd(lkube: LocalKube) -> None:
+    kube = lkube
     kube.run("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
     kube.run("wait", "--for=condition=Established", "crd/brokergroups.brokergroup.io")
 
 
 @pytest.fixture
-def operator(kube: Kube, crd: None, namespace: str, tmp_path: Path) -> Iterator[Path]:
+def operator(lkube: LocalKube, crd: None, namespace: str, tmp_path: Path) -> Iterator[Path]:
+    kube = lkube
     log = tmp_path / "operator.log"
     env = {
         **kube.env,
@@ -79,9 +118,20 @@ def operator(kube: Kube, crd: None, namespace: str, tmp_path: Path) -> Iterator[
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
     )
+    stop = threading.Event()
+
+    def watchdog() -> None:
+        # kopf retries forever: if the cluster goes away, stop it before it talks off-host
+        while not stop.wait(0.5):
+            if not _is_local(kube.host):
+                proc.kill()
+                return
+
+    threading.Thread(target=watchdog, daemon=True).start()
     try:
         yield log
     finally:
+        stop.set()
         proc.send_signal(signal.SIGINT)
         try:
             proc.wait(timeout=30)
@@ -130,7 +180,7 @@ def eventually(check: Callable[[], Any], timeout: float = 120, what: str = "") -
     raise AssertionError(f"timed out after {timeout}s waiting for {what}: last={last!r}")
 
 
-def status(kube: Kube, ns: str, name: str) -> dict[str, Any]:
+def status(kube: Any, ns: str, name: str) -> dict[str, Any]:
     return kube.json("-n", ns, "get", "bg", name).get("status") or {}
 
 
@@ -138,18 +188,18 @@ def conditions(st: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["type"]: c for c in st.get("conditions") or []}
 
 
-def events(kube: Kube, ns: str, name: str) -> list[dict[str, Any]]:
+def events(kube: Any, ns: str, name: str) -> list[dict[str, Any]]:
     items = kube.json("-n", ns, "get", "events", "--field-selector", f"involvedObject.name={name}")
     return items["items"]  # type: ignore[no-any-return]
 
 
-def running(kube: Kube, ns: str, name: str, slaves: int) -> dict[str, Any]:
+def running(kube: Any, ns: str, name: str, slaves: int) -> dict[str, Any]:
     st = status(kube, ns, name)
     ok = st.get("phase") == "Running" and st.get("inSyncSlaves") == f"{slaves}/{slaves}"
     return st if ok else {}
 
 
-def produce(kube: Kube, ns: str, name: str, count: int, size: int = 1000) -> None:
+def produce(kube: Any, ns: str, name: str, count: int, size: int = 1000) -> None:
     pod = f"{name}-master-0"
     kube.exec(ns, pod, "habroker", "topic", "create", "t", "--broker", "127.0.0.1:10911")
     kube.exec(
@@ -171,7 +221,7 @@ def produce(kube: Kube, ns: str, name: str, count: int, size: int = 1000) -> Non
     )
 
 
-def broker_pid(kube: Kube, ns: str, pod: str) -> int | None:
+def broker_pid(kube: Any, ns: str, pod: str) -> int | None:
     """The habroker process of a pod, as seen from this host."""
     uid = kube.json("-n", ns, "get", "pod", pod)["metadata"]["uid"]
     marks = (f"pod{uid}", f"pod{uid.replace('-', '_')}")
@@ -188,7 +238,7 @@ def broker_pid(kube: Kube, ns: str, pod: str) -> int | None:
     return None
 
 
-def children(kube: Kube, ns: str, name: str) -> set[tuple[str, str]]:
+def children(kube: Any, ns: str, name: str) -> set[tuple[str, str]]:
     items = kube.json(
         "-n",
         ns,
@@ -200,7 +250,11 @@ def children(kube: Kube, ns: str, name: str) -> set[tuple[str, str]]:
     return {(i["kind"], i["metadata"]["name"]) for i in items}
 
 
-def test_operator_end_to_end(kube: Kube, namespace: str, broker_image: str, operator: Path) -> None:
+@pytest.mark.timeout(900)
+def test_operator_end_to_end(
+    lkube: LocalKube, namespace: str, broker_image: str, operator: Path
+) -> None:
+    kube: Any = lkube
     ns, name = namespace, "bg"
     kube.apply(
         ns,
@@ -231,7 +285,7 @@ def test_operator_end_to_end(kube: Kube, namespace: str, broker_image: str, oper
             "import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:10911/v1/admin/role').read().decode())",
         )
     )
-    assert role == {"role": "SLAVE", "brokerId": 2}
+    assert role["role"] == "SLAVE" and role["brokerId"] == 2, role
 
     # -- status fills with real offsets; producing moves them ---------------------------------
     st = eventually(lambda: running(kube, ns, name, 2), what="phase Running 2/2")
@@ -335,8 +389,13 @@ def test_operator_end_to_end(kube: Kube, namespace: str, broker_image: str, oper
         ),
     )
     kube.wait_ready(ns, f"{name}-slave-2", timeout=240)
-    st = eventually(lambda: running(kube, ns, name, 3), what="3 slaves in sync")
-    assert st["slaves"][2]["ackOffset"] == st["master"]["maxOffset"]  # the new slave copied it all
+
+    def all_copied() -> dict[str, Any]:
+        s = running(kube, ns, name, 3)
+        ok = s and all(x["ackOffset"] == s["master"]["maxOffset"] for x in s["slaves"])
+        return s if ok else {}
+
+    eventually(all_copied, what="3 slaves in sync, the new one with the whole log")
     kube.apply(
         ns,
         group(
