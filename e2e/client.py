@@ -13,6 +13,8 @@ end-to-end suite (e2e/tests/test_user_path.py) both use it. Every command prints
     consume --brokers 0=HOST:PORT,1=HOST:PORT --topic T --group G [--count N]
         a consumer group from the earliest offset, following suggestWhichBrokerId;
         reports which brokerId served each message
+    status --broker HOST:PORT
+        the broker's GET /v1/status
 """
 
 from __future__ import annotations
@@ -114,6 +116,14 @@ async def consume(args: argparse.Namespace) -> dict[str, Any]:
     return {"consumed": len(bodies), "servedBy": served, "bodies": bodies}
 
 
+def status(args: argparse.Namespace) -> dict[str, Any]:
+    conn = BrokerConnection(args.broker, timeout=10)
+    try:
+        return dict(conn.json("GET", "/v1/status"))
+    finally:
+        conn.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="e2e/client.py", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -135,11 +145,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--group", required=True)
     p.add_argument("--count", type=int, default=None)
     p.add_argument("--max", type=int, default=64)
+    p = sub.add_parser("status")
+    p.add_argument("--broker", required=True)
     args = parser.parse_args(argv)
     if args.cmd == "produce":
         out = asyncio.run(produce(args))
     elif args.cmd == "read":
         out = read(args)
+    elif args.cmd == "status":
+        out = status(args)
     else:
         out = asyncio.run(consume(args))
     sys.stdout.write(json.dumps(out) + "\n")
