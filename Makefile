@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PACKAGES := $(wildcard broker_image/habroker operator/brokergroup_operator pipeline/brokergroup_spark)
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup lint unit test bench bench-setup demo clean
+.PHONY: help setup lint unit test bench bench-setup demo demo-local clean
 
 help:  ## list the targets
 	@grep -hE '^[a-z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
@@ -24,7 +24,7 @@ lint: setup  ## ruff and mypy over every package
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy $(PACKAGES)
 
-unit: setup  ## unit and integration tests (real brokers on 127.0.0.1)
+unit: setup cluster-build  ## unit and integration tests (real brokers, a real apiserver, helm)
 	$(PY) -m pytest -q tests
 
 test: lint unit  ## everything CI runs
@@ -35,7 +35,10 @@ bench: setup bench-setup  ## benchmarks vs Redis and the machine's limits: bench
 bench-setup:  ## install the benchmark peer (Debian's redis-server) if missing
 	bash bench/setup_redis.sh
 
-demo: setup  ## the main job: a master + slave group on 127.0.0.1, produce and consume
+demo: setup  ## the main job: cluster (KUBECONFIG or local), images, helm install, a group, produce+consume
+	$(PY) -m e2e.demo $(DEMO_ARGS)
+
+demo-local: setup  ## a master + slave on 127.0.0.1, no Kubernetes: produce and consume
 	$(PY) -m habroker.demo
 
 clean:  ## remove the virtualenv and caches (not the cluster)

@@ -11,7 +11,8 @@ end-to-end suite (e2e/tests/test_user_path.py) both use it. Every command prints
     read --broker HOST:PORT --topic T
         every message of every queue, pulled from that one broker (no redirection)
     consume --brokers 0=HOST:PORT,1=HOST:PORT --topic T --group G [--count N]
-        a consumer group from the earliest offset, following suggestWhichBrokerId;
+        a consumer group from the earliest offset (or its committed one: --from committed),
+        following suggestWhichBrokerId;
         reports which brokerId served each message
     status --broker HOST:PORT
         the broker's GET /v1/status
@@ -99,7 +100,7 @@ async def consume(args: argparse.Namespace) -> dict[str, Any]:
     bodies: list[str] = []
     idle = 0
     async with PullConsumer(
-        args.brokers, args.group, args.topic, start="earliest", max_msgs=args.max
+        args.brokers, args.group, args.topic, start=args.start_from, max_msgs=args.max
     ) as consumer:
         while (args.count is None or len(bodies) < args.count) and idle < 20:
             messages = await consumer.poll()
@@ -109,6 +110,9 @@ async def consume(args: argparse.Namespace) -> dict[str, Any]:
                 continue
             idle = 0
             for m in messages:
+                if args.count is not None and len(bodies) >= args.count:
+                    consumer.seek(m.queue_id, m.queue_offset)  # the rest stays for next time
+                    break
                 by = consumer.served_by[m.queue_id]
                 served[by] = served.get(by, 0) + 1
                 bodies.append(m.body.decode())
@@ -145,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--group", required=True)
     p.add_argument("--count", type=int, default=None)
     p.add_argument("--max", type=int, default=64)
+    p.add_argument(
+        "--from", dest="start_from", default="earliest", choices=["earliest", "committed"]
+    )
     p = sub.add_parser("status")
     p.add_argument("--broker", required=True)
     args = parser.parse_args(argv)

@@ -243,9 +243,10 @@ def eventually(
     last: Any = None
     while True:
         try:
-            last = check()
-            if last:
-                return last
+            answer = check()
+            if answer:
+                return answer
+            last = answer
         except ClusterGone:
             raise
         except (AssertionError, KeyError, IndexError, TypeError, ValueError) as exc:

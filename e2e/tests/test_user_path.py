@@ -254,6 +254,7 @@ def test_user_path(
 
         with tl.step("delete the master pod -> Ready again, slave rewired, nothing lost"):
             old_uid = pod_uid(c, ns, master)
+            old_address = c.status(ns, name)["master"]["address"]
             c.kubectl("-n", ns, "delete", "pod", master, "--wait=false")
             eventually(
                 lambda: pod_uid(c, ns, master) not in (None, old_uid) and pod_ready(c, ns, master),
@@ -261,9 +262,12 @@ def test_user_path(
                 "a new master pod Ready",
             )
             eventually(
-                lambda: in_sync(c.status(ns, name), 1),
+                lambda: (
+                    (st := c.status(ns, name))["master"]["address"] != old_address
+                    and in_sync(st, 1)
+                ),
                 120,
-                "Ready with the slave reconnected to the new master and in sync",
+                "Ready (status of the new master pod) with the slave reconnected and in sync",
             )
             # the slave's own view: connected to the master's stable address
             slave_view = c.client(ns, client, "status", "--broker", slave_addr[1])["slave"]
@@ -297,6 +301,7 @@ def test_user_path(
         with tl.step("a config change rolls the slaves first, the master last"):
             pods = (master, slave0, slave1)
             before = {p: pod_uid(c, ns, p) for p in pods}
+            old_address = c.status(ns, name)["master"]["address"]
             replaced_at: dict[str, float] = {}
             config = dict(group["spec"].get("brokerConfig") or {})
             config["fileReservedTime"] = "47"  # read at startup only: needs a restart
@@ -321,7 +326,14 @@ def test_user_path(
             eventually(rolled, 420, "every pod replaced", interval=0.25)
             tl.say(f"[user-path]   replaced after (s): {json.dumps(replaced_at)}")
             assert replaced_at[master] > max(replaced_at[slave0], replaced_at[slave1]), replaced_at
-            eventually(lambda: in_sync(c.status(ns, name), 2), 180, "in sync after the roll")
+            eventually(
+                lambda: (
+                    (st := c.status(ns, name))["master"]["address"] != old_address
+                    and in_sync(st, 2)
+                ),
+                180,
+                "in sync after the roll (status of the new master pod)",
+            )
             on_master = c.client(ns, client, "read", "--broker", master_addr, "--topic", TOPIC)
             assert acked <= set(on_master["bodies"])
 
@@ -334,12 +346,11 @@ def test_user_path(
                 "the group's children garbage-collected",
             )
             policy_deleted = group["spec"]["storage"]["retentionPolicy"]["whenDeleted"]
-            pvcs = lambda: {  # noqa: E731
-                p["metadata"]["name"]
-                for p in c.json("-n", ns, "get", "pvc", "-l", f"brokergroup.io/group={name}")[
-                    "items"
-                ]
-            }
+
+            def pvcs() -> set[str]:
+                items = c.json("-n", ns, "get", "pvc", "-l", f"brokergroup.io/group={name}")
+                return {p["metadata"]["name"] for p in items["items"]}
+
             if policy_deleted == "Delete":
                 eventually(lambda: not pvcs() or None, 120, "the PVCs deleted (whenDeleted)")
             else:
