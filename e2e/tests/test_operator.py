@@ -28,7 +28,8 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import Kube
+
+from e2e.tests.kube import Kube
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "crds" / "brokergroup.io_brokergroups.yaml"
@@ -97,7 +98,11 @@ def lkube(kube: Kube) -> LocalKube:
 @pytest.fixture
 def crd(lkube: LocalKube) -> None:
     kube = lkube
-    kube.run("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
+    # leave a CRD someone else installed (helm) alone; it is the same file
+    if not kube.run(
+        "get", "crd", "brokergroups.brokergroup.io", "--ignore-not-found", "-o", "name"
+    ):
+        kube.run("apply", "--server-side", "-f", str(CRD))
     kube.run("wait", "--for=condition=Established", "crd/brokergroups.brokergroup.io")
 
 
