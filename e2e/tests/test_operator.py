@@ -451,7 +451,8 @@ def test_operator_end_to_end(
         pod_started(f"{name}-slave-0") == pod_started(f"{name}-master-0")
     )
     eventually(lambda: running(kube, ns, name, 1), timeout=120, what="running after the roll")
-    assert "RollingRestart" in {e["reason"] for e in events(kube, ns, name)}
+    reasons = {e["reason"] for e in events(kube, ns, name)}
+    assert {"RollingRestart", "MasterChanged"} <= reasons, reasons
 
     # -- delete removes the children ---------------------------------------------------------
     kube.run("-n", ns, "delete", "bg", name, "--timeout=60s")
