@@ -466,3 +466,24 @@ def test_operator_end_to_end(
         timeout=120,
         what="pods gone",
     )
+
+
+def test_bad_specs_are_rejected_on_the_cluster(lkube: LocalKube, crd: None, namespace: str) -> None:
+    """The apiserver integration test's table, against the cluster's own apiserver: each bad
+    spec is refused by `kubectl apply --dry-run=server` with a message naming the field."""
+    from tests.brokergroup_operator.test_apiserver import BAD_SPECS
+
+    for overrides, field in BAD_SPECS:
+        lkube.check()
+        obj = group("bad", "habroker:test")
+        obj["spec"].update(overrides)
+        result = subprocess.run(
+            [lkube.kubectl, "-n", namespace, "apply", "--dry-run=server", "-f", "-"],
+            input=json.dumps(obj),
+            capture_output=True,
+            text=True,
+            env=lkube.env,
+            timeout=60,
+        )
+        assert result.returncode != 0, f"accepted: {overrides}"
+        assert field in result.stderr, (overrides, result.stderr)
