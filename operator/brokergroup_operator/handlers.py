@@ -202,6 +202,15 @@ async def reconcile(
     await _apply_children(runtime, group, body)
 
 
+@kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
+async def forget(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+    """Drop the in-memory state of a deleted group. ``optional``: this handler never holds up
+    a deletion (the children go with the owner through the garbage collector)."""
+    runtime: Runtime | None = memo.get("runtime")
+    if runtime is not None and namespace is not None:
+        runtime.groups.pop((namespace, name), None)
+
+
 # -- the status timer --------------------------------------------------------------------
 @kopf.timer(
     GROUP,
