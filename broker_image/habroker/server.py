@@ -19,6 +19,7 @@ from habroker.config import ConfigError
 from habroker.message import decode_records
 from habroker.metadata import MetadataError
 from habroker.metrics import Exposition
+from habroker.slave_sync import SLAVE_HA_HEADER, SLAVE_ID_HEADER, SLAVE_LISTEN_HEADER
 from habroker.store import StoreError
 from habroker.wire import BATCH_CONTENT_TYPE, RECORDS_CONTENT_TYPE, BadBatch, decode_batch
 
@@ -248,7 +249,17 @@ async def create_topic(request: web.Request) -> web.Response:
     )
 
 
+def _note_slave(request: web.Request) -> None:
+    """Metadata copies carry the slave's identity; record it for the master's status."""
+    ha = request.headers.get(SLAVE_HA_HEADER)
+    raw_id = request.headers.get(SLAVE_ID_HEADER, "")
+    broker = request.app[BROKER_KEY]
+    if ha and raw_id.isdigit() and not broker.is_slave:
+        broker.note_slave_identity(ha, int(raw_id), request.headers.get(SLAVE_LISTEN_HEADER, ""))
+
+
 async def list_topics(request: web.Request) -> web.Response:
+    _note_slave(request)
     return web.json_response(request.app[BROKER_KEY].topics.to_json())
 
 

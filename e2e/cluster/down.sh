@@ -8,6 +8,18 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 need_root
 start=$SECONDS
+owner="$(node_if_owner)"
+if owned_by_other; then
+  # The host belongs to another checkout's running cluster: stop only what our
+  # pid files name, drop our state, and touch nothing shared.
+  log "the running cluster belongs to ${owner:-another checkout}; leaving the host to it"
+  for d in provisioner coredns kube-proxy kubelet containerd kube-controller-manager kube-scheduler kube-apiserver etcd; do
+    stop_daemon "$d" 5
+  done
+  rm -rf "$RUN_DIR" "$CONF_DIR" "$SAVE_DIR"
+  findmnt -rn -o TARGET | grep -qF "$E2E_CLUSTER_DIR/" || rm -rf "$DATA_DIR"
+  exit 0
+fi
 
 # 1. Let the kubelet remove every pod while the control plane still answers:
 #    stop the controllers first so nothing is recreated.
@@ -39,13 +51,13 @@ stop_daemon etcd 10
 
 # 3. Mounts under our directory (pod volumes, overlay snapshots, shm), deepest first.
 if [[ -d $E2E_CLUSTER_DIR ]]; then
-  findmnt -rn -o TARGET | grep -F "$E2E_CLUSTER_DIR/" | sort -r | while read -r m; do
+  { findmnt -rn -o TARGET | grep -F "$E2E_CLUSTER_DIR/" || true; } | sort -r | while read -r m; do
     umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || log "could not unmount $m"
   done
 fi
 
 # 4. Interfaces: pod veths on our bridge, the bridge, the node interface.
-if ip link show "$POD_BRIDGE" >/dev/null 2>&1; then
+if ip link show "$POD_BRIDGE" >/dev/null 2>&1 && [[ "$(cat "/sys/class/net/$POD_BRIDGE/ifalias")" == "$E2E_CLUSTER_DIR" ]]; then
   for v in $(ip -o link show master "$POD_BRIDGE" | awk -F': ' '{print $2}' | cut -d@ -f1); do
     ip link del "$v" 2>/dev/null || true
   done

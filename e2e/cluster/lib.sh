@@ -142,4 +142,11 @@ wait_for() {
   done
 }
 
+# One cluster per machine: its addresses and interface names are fixed. The
+# node interface's alias names the state dir of the cluster that owns it.
+node_if_owner() { cat "/sys/class/net/$NODE_IF/ifalias" 2>/dev/null || true; }
+owned_by_other() {
+  [[ -e /sys/class/net/$NODE_IF && "$(node_if_owner)" != "$E2E_CLUSTER_DIR" ]]
+}
+
 kubectl_admin() { "$BIN_DIR/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" "$@"; }

@@ -12,6 +12,11 @@ for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube
 done
 [[ -d /usr/lib/cni && -x /usr/lib/cni/bridge ]] || die "CNI plugins missing in /usr/lib/cni (Debian containernetworking-plugins)"
 
+owner="$(node_if_owner)"
+if owned_by_other; then
+  die "another local cluster runs on this machine (state dir: ${owner:-unknown, an older checkout}); one per machine: stop it there, or use it with KUBECONFIG=<its state dir>/kubeconfig"
+fi
+
 DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy coredns provisioner)
 running=0
 for d in "${DAEMONS[@]}"; do is_running "$d" && running=$((running + 1)); done
@@ -26,6 +31,11 @@ if ((running == 0)) && [[ -d $DATA_DIR || -d $SAVE_DIR ]]; then
 fi
 
 start=$SECONDS
+if ((running == 0)); then
+  for port in "127.0.0.1:$ETCD_CLIENT_PORT" "127.0.0.1:$ETCD_PEER_PORT" "$NODE_IP:$APISERVER_PORT"; do
+    if ss -Hltn "src $port" | grep -q .; then die "$port is already in use by another program"; fi
+  done
+fi
 bash "$CLUSTER_SCRIPTS/pki.sh"
 mkdir -p "$RUN_DIR" "$LOG_DIR" "$DATA_DIR" "$CONF_DIR"
 
@@ -36,11 +46,16 @@ if [[ ! -f $SAVE_DIR/sysctl.json ]]; then
 fi
 
 # --- node address: a port-less bridge of our own, so nothing depends on the uplink.
-if ! ip link show "$NODE_IF" >/dev/null 2>&1; then
-  log "creating node interface $NODE_IF with $NODE_IP/32"
-  ip link add "$NODE_IF" type bridge
-  ip link set "$NODE_IF" addrgenmode none 2>/dev/null || true
-fi
+# Both get our state dir as alias, so `down` (ours or another checkout's) can
+# tell whose they are. The CNI bridge plugin adopts the existing pod bridge.
+for link in "$NODE_IF" "$POD_BRIDGE"; do
+  if ! ip link show "$link" >/dev/null 2>&1; then
+    log "creating interface $link"
+    ip link add "$link" type bridge
+    ip link set "$link" addrgenmode none 2>/dev/null || true
+  fi
+  ip link set "$link" alias "$E2E_CLUSTER_DIR"
+done
 ip addr replace "$NODE_IP/32" dev "$NODE_IF"
 ip link set "$NODE_IF" up
 # Pod packets routed to the node address and to ClusterIPs need forwarding

@@ -48,6 +48,7 @@ class HAClient:
         self.store = store
         self.master_address = config.haMasterAddress
         self.connected = False
+        self.local_address: str | None = None  # our end of the HA connection, as the master sees it
         self.reconnects = 0
         self.last_error: str | None = None
         self.master_max_offset_seen = 0
@@ -158,6 +159,8 @@ class HAClient:
                 sock.close()
             raise
         self.connected = True
+        local = sock.getsockname()
+        self.local_address = f"{local[0]}:{local[1]}"
         self._last_read_at = time.monotonic()
         self._header_len = self._body_left = 0
         self._reported = -1
@@ -178,6 +181,7 @@ class HAClient:
             results = await asyncio.gather(reader, keeper, return_exceptions=True)
             sock.close()
             self.connected = False
+            self.local_address = None
             level = logging.INFO
             for result in results:
                 if isinstance(result, ProtocolError):
@@ -349,6 +353,7 @@ class HAClient:
         return {
             "masterAddress": self.master_address or None,
             "connected": self.connected,
+            "localAddress": self.local_address,
             "maxOffset": top,
             "lastReportAgeMs": age(self._last_report_at),
             "lastMasterContactAgeMs": age(self._last_read_at),
