@@ -378,3 +378,55 @@ def test_user_path(
                 # groups first: their finalizer needs the operator to go away
                 c.kubectl("-n", ns, "delete", "bg", "--all", "--timeout=90s", check=False)
                 c.helm("uninstall", release, "--namespace", ns, check=False)
+
+
+EXAMPLES = {"sync-1-slave.yaml": 1, "async-2-slaves.yaml": 2, "read-policy-auto.yaml": 2}
+
+
+def test_examples_apply_cleanly(
+    cluster: Cluster,
+    namespace: str,
+    broker_image: str,
+    operator_image: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """SYNC with 1 slave, ASYNC with 2 slaves, read policy auto: applied side by side, each
+    becomes Ready with every slave in sync; `auto` picks an in-sync slave."""
+    c, ns = cluster, namespace
+    release = f"bg{ns[-6:]}"
+    tl = Timeline(capsys)
+    groups = {f: example(f, broker_image) for f in EXAMPLES}
+    ok = False
+    try:
+        with tl.step("helm install (namespaced mode)"):
+            c.install_operator(release, ns, operator_image, "--set", "watch.mode=namespaced")
+        with tl.step(f"apply {', '.join(EXAMPLES)} -> all Ready"):
+            for obj in groups.values():
+                c.apply(ns, obj)
+            for f, obj in groups.items():
+                name, slaves = obj["metadata"]["name"], EXAMPLES[f]
+
+                def ready(name: str = name, slaves: int = slaves) -> bool:
+                    return in_sync(c.status(ns, name), slaves)
+
+                eventually(ready, READY_BOUND, f"{f} ({name}) Ready, {slaves} slave(s) in sync")
+            table = c.kubectl("-n", ns, "get", "bg", "-o", "wide")
+            tl.say(table.rstrip())
+        auto = c.status(ns, groups["read-policy-auto.yaml"]["metadata"]["name"])["readPolicy"]
+        assert auto["mode"] == "auto" and auto["whichBrokerWhenConsumeSlowly"] in (1, 2), auto
+        assert auto["slaveReadEnable"] is True and auto["applied"] is True
+        modes = {f: c.group(ns, o["metadata"]["name"])["spec"] for f, o in groups.items()}
+        assert modes["async-2-slaves.yaml"]["replicationMode"] == "ASYNC"
+        assert modes["sync-1-slave.yaml"]["replicationMode"] == "SYNC"
+        with tl.step("delete the groups, helm uninstall"):
+            c.kubectl("-n", ns, "delete", "bg", "--all", "--timeout=120s")
+            c.helm("uninstall", release, "--namespace", ns, "--wait", "--timeout", "120s")
+            # PVCs of the groups whose policy is Retain stay; the namespace takes them
+        ok = True
+    finally:
+        tl.say(tl.table())
+        if not ok:
+            tl.say(diagnostics(c, ns, release))
+            if os.environ.get("E2E_KEEP_NAMESPACES") != "1":
+                c.kubectl("-n", ns, "delete", "bg", "--all", "--timeout=90s", check=False)
+                c.helm("uninstall", release, "--namespace", ns, check=False)
