@@ -8,7 +8,7 @@ CLUSTER="${KIND_CLUSTER:-brokergroup-e2e}"
 BROKER_IMAGE="${BROKER_IMAGE:-brokergroup/habroker:dev}"
 OPERATOR_IMAGE="${OPERATOR_IMAGE:-brokergroup/operator:dev}"
 PYTHON="${E2E_PYTHON:-python3}"
-for c in kind docker kubectl; do
+for c in kind docker kubectl helm; do
   command -v "$c" >/dev/null || { echo "kind.sh: '$c' is required" >&2; exit 1; }
 done
 
