@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 RECONNECT_BACKOFF_MIN = 1.0
 RECONNECT_BACKOFF_MAX = 5.0
 _YIELD_EVERY = 1 << 20  # bytes received without suspending before letting others run
+_REPORT_EVERY = 4 << 20  # bytes appended between reports while more data is queued
 
 
 class HAClient:
@@ -229,13 +230,25 @@ class HAClient:
 
     # -- frames ------------------------------------------------------------------------------
     async def _read_loop(self, sock: socket.socket) -> None:
+        """Read, append, report.
+
+        The report goes out when the socket is drained (so a caught-up slave acks each frame
+        at once, as SYNC_MASTER producers need) and otherwise every _REPORT_EVERY bytes: during
+        a catch-up a report per read would cost the slave a loopback send per megabyte.
+        """
         loop = asyncio.get_running_loop()
         store = self.store
         view = memoryview(self._buffer)
         await self._report(sock, store.max_phy_offset)
         unyielded = 0
         while True:
-            n = await loop.sock_recv_into(sock, view)
+            try:
+                n = sock.recv_into(view)
+            except (BlockingIOError, InterruptedError):
+                top = store.max_phy_offset
+                if top > self._reported:
+                    await self._report(sock, top)
+                n = await loop.sock_recv_into(sock, view)
             if n == 0:
                 where = ""
                 if self._body_left:
@@ -247,7 +260,7 @@ class HAClient:
             self.received_bytes += n
             self._dispatch(view[:n])
             top = store.max_phy_offset
-            if top > self._reported:
+            if top - self._reported >= _REPORT_EVERY:
                 await self._report(sock, top)
             # recv_into returns without suspending while data is queued: during a catch-up
             # the HTTP server and the keep-alive task would starve without this
