@@ -49,6 +49,7 @@ class HAClient:
         self.store = store
         self.master_address = config.haMasterAddress
         self.connected = False
+        self.local_address: str | None = None  # our end of the HA connection, as the master sees it
         self.reconnects = 0
         self.last_error: str | None = None
         self.master_max_offset_seen = 0
@@ -159,6 +160,8 @@ class HAClient:
                 sock.close()
             raise
         self.connected = True
+        local = sock.getsockname()
+        self.local_address = f"{local[0]}:{local[1]}"
         self._last_read_at = time.monotonic()
         self._header_len = self._body_left = 0
         self._reported = -1
@@ -179,6 +182,7 @@ class HAClient:
             results = await asyncio.gather(reader, keeper, return_exceptions=True)
             sock.close()
             self.connected = False
+            self.local_address = None
             level = logging.INFO
             for result in results:
                 if isinstance(result, ProtocolError):
@@ -371,6 +375,7 @@ class HAClient:
         return {
             "masterAddress": self.master_address or None,
             "connected": self.connected,
+            "localAddress": self.local_address,
             "maxOffset": top,
             "lastReportAgeMs": age(self._last_report_at),
             "lastMasterContactAgeMs": age(self._last_read_at),

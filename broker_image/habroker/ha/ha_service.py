@@ -18,12 +18,10 @@ from habroker.config import BrokerConfig, BrokerRole
 from habroker.ha.accept_socket_service import AcceptSocketService
 from habroker.ha.group_transfer import GroupTransferService
 from habroker.ha.ha_connection import HAConnection
+from habroker.store.values import PutStatus
 
 if TYPE_CHECKING:
     from habroker.store import MessageStore, PutResult
-
-# needed at run time (handle_put compares and returns statuses), not only for typing
-from habroker.store.values import PutStatus
 
 log = logging.getLogger(__name__)
 

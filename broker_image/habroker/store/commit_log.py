@@ -88,6 +88,7 @@ class CommitLog:
         parts: list[bytes | memoryview] = []
         append = parts.append
         queue_offset = first_queue_offset
+        bare_tail = topic_tail + b"\x00\x00"  # topic + zero properties length
         for entry in entries:
             body = entry.body
             props = entry.properties
@@ -106,13 +107,10 @@ class CommitLog:
                 )
             )
             append(body)
-            append(topic_tail + i16(len(props)) + props)
+            append(topic_tail + i16(len(props)) + props if props else bare_tail)
             phys += size
             queue_offset += 1
-        data = b"".join(parts)
-        pos = mf.wrote_position
-        mf.mm[pos : pos + len(data)] = data
-        mf.wrote_position = pos + len(data)
+        mf.append_parts(parts, phys - start)
         return start
 
     def _writable_file(self) -> MappedFile:
