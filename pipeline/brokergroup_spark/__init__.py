@@ -1,0 +1,1 @@
+"""PySpark data source ``brokergroup``: read and write a broker group's topics from Spark."""
