@@ -1,0 +1,193 @@
+"""Talking to a broker group: queue bounds, consumer offsets, and reading one offset range.
+
+Reads follow the broker's redirection the way RocketMQ's pull consumer does: every pull goes to
+the broker the previous answer suggested (``X-Suggest-Which-Broker-Id``), so a backlog read is
+moved to a slave by the master and back to the master by the slave once it has caught up. A slave
+that cannot answer (unreachable, behind, reads disabled) sends the pull back to the master, which
+has the final word on what exists.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+from habroker.client import BrokerAPIError, BrokerConnection
+from habroker.client._protocol import error_from, offset_path, pull_path
+
+from brokergroup_spark.plan import Queue
+from brokergroup_spark.records import decode
+
+log = logging.getLogger("brokergroup_spark")
+
+MASTER = 0
+FOUND = "FOUND"
+TOO_SMALL = "OFFSET_TOO_SMALL"
+_PROBE = 1 << 62  # past any queue's end: the answer carries min/max offsets and no records
+
+
+class DataLossError(RuntimeError):
+    """Offsets the query must read no longer exist (retention removed them, or a queue shrank)."""
+
+
+@dataclass(slots=True)
+class Pull:
+    status: str
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    suggested: int
+    served_by: int
+    body: bytes
+
+
+class Group:
+    """Keep-alive connections to the brokers of one group, opened on first use."""
+
+    def __init__(self, brokers: Mapping[int, str], timeout: float = 30.0) -> None:
+        self.brokers = dict(brokers)
+        self.timeout = timeout
+        self._conns: dict[int, BrokerConnection] = {}
+
+    def _conn(self, broker_id: int) -> BrokerConnection:
+        conn = self._conns.get(broker_id)
+        if conn is None:
+            conn = self._conns[broker_id] = BrokerConnection(self.brokers[broker_id], self.timeout)
+        return conn
+
+    def close(self) -> None:
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
+
+    def __enter__(self) -> Group:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- metadata ----------------------------------------------------------------------------
+    def queue_counts(self, topics: tuple[str, ...]) -> dict[str, int]:
+        table = self._conn(MASTER).json("GET", "/v1/topics")["topicConfigTable"]
+        missing = [t for t in topics if t not in table]
+        if missing:
+            raise BrokerAPIError(
+                404,
+                "unknown_topic",
+                f"topic(s) {', '.join(missing)} do not exist on the master {self.brokers[MASTER]}",
+            )
+        return {t: int(table[t]["readQueueNums"]) for t in topics}
+
+    def bounds(self, topics: tuple[str, ...]) -> dict[Queue, tuple[int, int]]:
+        """(minOffset, maxOffset) of every read queue, as the master sees them."""
+        out: dict[Queue, tuple[int, int]] = {}
+        for topic, count in self.queue_counts(topics).items():
+            for queue in range(count):
+                pull = self.pull(MASTER, topic, queue, _PROBE, 1, None)
+                out[(topic, queue)] = (pull.min_offset, pull.max_offset)
+        return out
+
+    def commit(self, group: str, offsets: Mapping[Queue, int]) -> None:
+        """Report progress to the master's offset table (informational: Spark's checkpoint rules)."""
+        conn = self._conn(MASTER)
+        for (topic, queue), offset in sorted(offsets.items()):
+            body = json.dumps({"offset": offset}).encode()
+            status, _, data = conn.request(
+                "PUT", offset_path(group, topic, queue), body, {"Content-Type": "application/json"}
+            )
+            if status >= 300:
+                raise error_from(status, data)
+
+    # -- reading -----------------------------------------------------------------------------
+    def pull(
+        self, broker_id: int, topic: str, queue: int, offset: int, count: int, group: str | None
+    ) -> Pull:
+        status, headers, body = self._conn(broker_id).request(
+            "GET", pull_path(topic, queue, offset, count, group)
+        )
+        if status != 200:
+            raise error_from(status, body)
+
+        def num(name: str) -> int:
+            return int(headers.get(name, "0"))
+
+        return Pull(
+            headers.get("X-Pull-Status", FOUND),
+            num("X-Next-Begin-Offset"),
+            num("X-Min-Offset"),
+            num("X-Max-Offset"),
+            num("X-Suggest-Which-Broker-Id"),
+            int(headers.get("X-Broker-Id", str(broker_id))),
+            body,
+        )
+
+    def read_range(
+        self,
+        topic: str,
+        queue: int,
+        start: int,
+        end: int,
+        *,
+        batch: int = 1024,
+        group: str | None = None,
+        fail_on_data_loss: bool = True,
+    ) -> Iterator[pa.RecordBatch]:
+        """Arrow batches of queue offsets ``[start, end)``, one per pull response."""
+        offset = start
+        broker = MASTER
+        where = f"{topic}/{queue}"
+        while offset < end:
+            try:
+                pull = self.pull(broker, topic, queue, offset, min(batch, end - offset), group)
+            except OSError as exc:
+                if broker == MASTER:
+                    raise
+                log.warning(
+                    "%s: broker %d unreachable (%s); pulling from the master", where, broker, exc
+                )
+                broker = MASTER
+                continue
+            if pull.status != FOUND and broker != MASTER:
+                broker = MASTER  # a slave that is behind or refuses reads: ask the master
+                continue
+            if pull.status == FOUND:
+                rows = decode(pull.body, topic=topic, broker_id=pull.served_by, limit=end - offset)
+                first = rows.column("queueOffset")[0].as_py() if rows.num_rows else offset
+                if first > offset:
+                    _lost(
+                        where, offset, first, fail_on_data_loss, "they were skipped by the broker"
+                    )
+                if pull.next_offset <= offset:
+                    raise RuntimeError(
+                        f"{where}: broker {pull.served_by} answered offset {offset} with "
+                        f"nextBeginOffset {pull.next_offset}"
+                    )
+                yield rows
+                offset = pull.next_offset
+                broker = pull.suggested if pull.suggested in self.brokers else MASTER
+            elif pull.status == TOO_SMALL or pull.next_offset > offset:
+                # Below the queue's minimum (retention removed it) or units skipped.
+                resume = max(pull.min_offset, pull.next_offset, offset + 1)
+                _lost(where, offset, min(resume, end), fail_on_data_loss, "retention removed them")
+                offset = resume
+            else:
+                _lost(
+                    where,
+                    offset,
+                    end,
+                    fail_on_data_loss,
+                    f"the master answers {pull.status} (maxOffset {pull.max_offset})",
+                )
+                return
+
+
+def _lost(where: str, first: int, stop: int, fail: bool, why: str) -> None:
+    text = f"{where}: queue offsets {first}..{stop - 1} can no longer be read: {why}"
+    if fail:
+        raise DataLossError(
+            f"{text}. Set failOnDataLoss=false to skip what is gone with a warning instead."
+        )
+    log.warning("%s; skipping them (failOnDataLoss=false)", text)
