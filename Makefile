@@ -3,6 +3,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+PACKAGES := $(wildcard broker_image/habroker operator/brokergroup_operator pipeline/brokergroup_spark)
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 .PHONY: help setup lint unit test bench demo clean
@@ -21,7 +22,7 @@ $(VENV)/.installed: pyproject.toml
 lint: setup  ## ruff and mypy over every package
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m mypy broker_image/habroker operator/brokergroup_operator pipeline/brokergroup_spark
+	$(PY) -m mypy $(PACKAGES)
 
 unit: setup  ## unit and integration tests (real brokers on 127.0.0.1)
 	$(PY) -m pytest -q tests

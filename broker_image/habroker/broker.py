@@ -96,7 +96,9 @@ class BrokerController:
         if self.is_slave:
             self.ha_client = HAClient(self.config, self.store)
             await self.ha_client.start()
-            self.master_http_address = self._default_master_http(self.config.haMasterAddress)
+            self.master_http_address = self.config.masterHttpAddress or self._default_master_http(
+                self.config.haMasterAddress
+            )
             self.slave_sync = SlaveSynchronize(self, interval=self.config.metaSyncInterval / 1000)
             self.slave_sync.start()
         else:
@@ -175,6 +177,15 @@ class BrokerController:
 
     def topic_for_read(self, topic: str) -> TopicConfig:
         cfg = self.topics.get(topic)
+        if cfg is None and self.is_slave:
+            # Created on the master after our last metadata copy: the replicated consume queues
+            # are here already, so serve them, and copy the metadata now rather than later.
+            queue_ids = self.store.queue_ids(topic)
+            if self.slave_sync is not None:
+                self.slave_sync.trigger()
+            if queue_ids:
+                n = max(queue_ids) + 1
+                return TopicConfig(topic, n, n)
         if cfg is None:
             raise BrokerError("unknown_topic", f"topic {topic!r} does not exist", 404)
         return cfg
@@ -318,9 +329,11 @@ class BrokerController:
                 f"this broker is {self.role.value}; only a SLAVE has a master address",
                 409,
             )
-        self.config = dataclasses.replace(self.config, haMasterAddress=ha_address)
-        self.store.config = self.config
         self.master_http_address = http_address or self._default_master_http(ha_address)
+        self.config = dataclasses.replace(
+            self.config, haMasterAddress=ha_address, masterHttpAddress=self.master_http_address
+        )
+        self.store.config = self.config
         self.ha_client.set_master_address(ha_address)
         if self.slave_sync is not None:
             self.slave_sync.trigger()

@@ -45,7 +45,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        config = BrokerConfig.load(args.config, **_overrides(args.set))
+        config = BrokerConfig.load(args.config, overrides=_overrides(args.set))
     except ConfigError as exc:
         print(f"habroker: configuration error: {exc}", file=sys.stderr)
         return 2
@@ -196,6 +196,8 @@ async def _consume(args: argparse.Namespace) -> int:
             idle_since = time.monotonic()
             for m in messages:
                 if args.count is not None and seen >= args.count:
+                    # stop mid-batch: the group's position is just after what was printed
+                    consumer.seek(m.queue_id, m.queue_offset)
                     break
                 seen += 1
                 if args.format == "json":

@@ -62,6 +62,9 @@ class BrokerConfig:
     listenPort: int = 10911
     haListenPort: int = 10912
     haMasterAddress: str = ""
+    masterHttpAddress: str = (
+        ""  # habroker: master's HTTP API (metadata copy); default HA host + listenPort
+    )
     # store
     storePathRootDir: str = field(default_factory=_default_store_root)
     storePathCommitLog: str = ""
@@ -186,6 +189,8 @@ class BrokerConfig:
         parse_delete_when(self.deleteWhen)
         if self.haMasterAddress:
             parse_host_port(self.haMasterAddress, key="haMasterAddress")
+        if self.masterHttpAddress:
+            parse_host_port(self.masterHttpAddress, key="masterHttpAddress")
 
     # -- construction --------------------------------------------------------------------
     @classmethod
@@ -211,9 +216,11 @@ class BrokerConfig:
         cls,
         path: str | os.PathLike[str] | None = None,
         environ: Mapping[str, str] | None = None,
-        **overrides: Any,
+        overrides: Mapping[str, Any] | None = None,
+        **kwargs: Any,
     ) -> BrokerConfig:
-        """File, then ``HABROKER_*`` environment, then explicit overrides (tests, CLI)."""
+        """File, then ``HABROKER_*`` environment, then explicit overrides (CLI ``--set``, tests)."""
+        overrides = {**(overrides or {}), **kwargs}
         values: dict[str, str] = {}
         if path is not None:
             values.update(read_properties(Path(path)))

@@ -188,6 +188,7 @@ class LocalGroup:
                 brokerId=i,
                 brokerRole="SLAVE",
                 haMasterAddress=self.master.ha_address,
+                masterHttpAddress=self.master.address,
                 **config,
             )
             for i in range(1, slaves + 1)

@@ -57,7 +57,14 @@ class SlaveSynchronize:
     async def sync_all(self, session: aiohttp.ClientSession) -> bool:
         master = self.broker.master_http_address
         own = f"{self.broker.config.brokerIP1}:{self.broker.config.listenPort}"
-        if not master or master == own:
+        if not master:
+            return False
+        if master == own:
+            if self.last_error is None:
+                self.last_error = (
+                    f"master HTTP address {master} is this broker itself; set masterHttpAddress"
+                )
+                log.warning("metadata sync skipped: %s", self.last_error)
             return False
         base = f"http://{master}"
         try:

@@ -336,6 +336,12 @@ class PullConsumer:
             return []
         return []
 
+    def seek(self, queue_id: int, offset: int) -> None:
+        """Pull ``queue_id`` from ``offset`` next (and commit that position)."""
+        if queue_id not in self.positions:
+            raise KeyError(f"queue {queue_id} is not assigned to this consumer")
+        self.positions[queue_id] = offset
+
     async def commit(self) -> None:
         """Store every position that moved since the last commit on the master."""
         for qid, offset in self.positions.items():

@@ -1,0 +1,98 @@
+"""GroupTransferService: SYNC_MASTER producers waiting for the slaves' acknowledged offset.
+
+RocketMQ parks each producer's GroupCommitRequest and re-checks every request in a polling
+thread. Here the waiters sit in a heap ordered by the offset they need, so one ack releases
+every producer it covers in a single pass (offsets are acked in order), and each waiter's
+deadline is a loop timer: nothing polls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(order=True)
+class _Waiter:
+    next_offset: int
+    seq: int
+    future: asyncio.Future[bool] = field(compare=False)
+    timer: asyncio.TimerHandle | None = field(compare=False, default=None)
+    expired: bool = field(compare=False, default=False)
+
+
+class GroupTransferService:
+    """Futures resolved True once the acked offset reaches theirs, False at their deadline."""
+
+    def __init__(self) -> None:
+        self._heap: list[_Waiter] = []
+        self._seq = itertools.count()
+        self._acked = 0
+        self._expired_in_heap = 0
+        self.released_total = 0
+        self.timed_out_total = 0
+
+    @property
+    def waiting(self) -> int:
+        return len(self._heap) - self._expired_in_heap
+
+    @property
+    def acked_offset(self) -> int:
+        return self._acked
+
+    def put_request(self, next_offset: int, timeout: float) -> asyncio.Future[bool]:
+        """A future for the moment every byte before ``next_offset`` is on a slave."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
+        if next_offset <= self._acked:
+            fut.set_result(True)
+            self.released_total += 1
+            return fut
+        waiter = _Waiter(next_offset, next(self._seq), fut)
+        waiter.timer = loop.call_later(max(timeout, 0.0), self._expire, waiter)
+        heapq.heappush(self._heap, waiter)
+        return fut
+
+    def notify_transfer_some(self, acked: int) -> None:
+        """Release every waiter at or below ``acked``; the acked offset only moves forward."""
+        if acked <= self._acked:
+            return
+        self._acked = acked
+        heap = self._heap
+        while heap and heap[0].next_offset <= acked:
+            waiter = heapq.heappop(heap)
+            if waiter.expired:
+                self._expired_in_heap -= 1
+                continue
+            if waiter.timer is not None:
+                waiter.timer.cancel()
+            if not waiter.future.done():  # the producer may have given up (cancelled)
+                waiter.future.set_result(True)
+                self.released_total += 1
+
+    def _expire(self, waiter: _Waiter) -> None:
+        waiter.expired = True
+        self._expired_in_heap += 1
+        if not waiter.future.done():
+            waiter.future.set_result(False)
+            self.timed_out_total += 1
+        # A slave that never acks leaves dead entries behind; drop them once they dominate.
+        if self._expired_in_heap > 1024 and self._expired_in_heap * 2 > len(self._heap):
+            self._heap = [w for w in self._heap if not w.expired]
+            heapq.heapify(self._heap)
+            self._expired_in_heap = 0
+
+    def shutdown(self) -> None:
+        """Fail every waiter: nobody will ack them any more."""
+        for waiter in self._heap:
+            if waiter.timer is not None:
+                waiter.timer.cancel()
+            if not waiter.future.done():
+                waiter.future.set_result(False)
+        self._heap.clear()
+        self._expired_in_heap = 0

@@ -1,0 +1,177 @@
+"""HAService: the master side of classic replication (spec §3.4, §3.5, §3.9).
+
+It owns the HA listener, the per-slave connections, and push2SlaveMaxOffset, the highest
+offset any slave has acknowledged. That one number decides SYNC_MASTER producers: it only
+ever moves forward and each move releases the waiters it covers (GroupTransferService).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING
+
+from habroker.config import BrokerConfig, BrokerRole
+from habroker.ha.accept_socket_service import AcceptSocketService
+from habroker.ha.group_transfer import GroupTransferService
+from habroker.ha.ha_connection import HAConnection
+
+if TYPE_CHECKING:
+    from habroker.store import MessageStore, PutResult, PutStatus
+
+log = logging.getLogger(__name__)
+
+
+class HAService:
+    """Accepts slaves, streams the commit log to them, and tracks what they acknowledged."""
+
+    def __init__(self, config: BrokerConfig, store: MessageStore) -> None:
+        # ``config`` may be replaced by a newer copy (runtime keys such as syncFlushTimeout);
+        # every use reads it afresh.
+        self.config = config
+        self.store = store
+        self.group_transfer = GroupTransferService()
+        self.accept_service = AcceptSocketService(
+            config.bindAddress, config.haListenPort, self._on_accept
+        )
+        self.connections: dict[HAConnection, asyncio.Task[None]] = {}
+        self.dropped_total = 0
+        self.slave_not_available_total = 0
+        self._housekeeping: asyncio.Task[None] | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Bind ``bindAddress:haListenPort`` and start accepting slaves."""
+        await self.accept_service.start()
+        self._housekeeping = asyncio.create_task(self._housekeeping_loop(), name="ha-housekeeping")
+
+    async def stop(self) -> None:
+        await self.accept_service.stop()
+        if self._housekeeping is not None:
+            self._housekeeping.cancel()
+            await asyncio.gather(self._housekeeping, return_exceptions=True)
+            self._housekeeping = None
+        for conn in list(self.connections):
+            conn.close("master shutting down")
+        await asyncio.gather(*self.connections.values(), return_exceptions=True)
+        self.group_transfer.shutdown()
+
+    @property
+    def listen_address(self) -> tuple[str, int]:
+        return self.accept_service.address
+
+    def _on_accept(self, sock: socket.socket, address: str) -> None:
+        conn = HAConnection(self, sock, address)
+        log.info("HA connection from %s accepted", address)
+        task = asyncio.create_task(conn.run(), name=f"ha-conn {address}")
+        self.connections[conn] = task
+        task.add_done_callback(lambda _t: self._forget(conn))
+
+    def _forget(self, conn: HAConnection) -> None:
+        self.connections.pop(conn, None)
+        self.dropped_total += 1
+
+    async def _housekeeping_loop(self) -> None:
+        """Close connections the slave has not written to for haHousekeepingInterval."""
+        while True:
+            limit = self.config.haHousekeepingInterval / 1000.0
+            await asyncio.sleep(min(1.0, limit / 4))
+            now = time.monotonic()
+            for conn in list(self.connections):
+                silent = now - conn.last_read_at
+                if silent > limit:
+                    conn.close(
+                        f"housekeeping: nothing read for {silent * 1000:.0f} ms "
+                        f"(haHousekeepingInterval={self.config.haHousekeepingInterval})",
+                        logging.WARNING,
+                    )
+
+    # -- acknowledgements --------------------------------------------------------------------
+    @property
+    def push2slave_max_offset(self) -> int:
+        return self.group_transfer.acked_offset
+
+    @property
+    def connection_count(self) -> int:
+        """Connected slaves that speak the protocol (have reported at least once).
+
+        RocketMQ counts every accepted socket; a TCP probe or a garbage peer would then make a
+        SYNC_MASTER wait for acks that never come instead of answering SLAVE_NOT_AVAILABLE.
+        """
+        return sum(1 for conn in self.connections if conn.has_reported)
+
+    def notify_transfer_some(self, offset: int) -> None:
+        self.group_transfer.notify_transfer_some(offset)
+
+    def is_slave_ok(self, next_offset: int) -> bool:
+        """A slave is connected and no further than haMaxGapNotInSync behind ``next_offset``."""
+        return (
+            self.connection_count > 0
+            and next_offset - self.push2slave_max_offset < self.config.haMaxGapNotInSync
+        )
+
+    async def wait_for_replication(self, next_offset: int, timeout: float) -> bool:  # noqa: ASYNC109
+        """True once a slave acked every byte before ``next_offset``; False after ``timeout`` s.
+
+        The timeout is a timer in the group-transfer heap, not a cancellation scope, so one ack
+        releases every covered waiter without waking the others.
+        """
+        return await self.group_transfer.put_request(next_offset, timeout)
+
+    def handle_put(self, result: PutResult, *, wait_store_ok: bool = True) -> Awaitable[PutStatus]:
+        """The replica part of a put's status (spec §3.9, 4.9 semantics).
+
+        SYNC_MASTER with ``wait_store_ok`` (the message's WAIT property, true when absent) waits
+        up to syncFlushTimeout for an ack covering the put's next offset; anything else returns
+        the store's status at once. A non-OK replica status replaces the flush status.
+        """
+        fut: asyncio.Future[PutStatus] = asyncio.get_running_loop().create_future()
+        status = result.status
+        if (
+            self.config.brokerRole is not BrokerRole.SYNC_MASTER
+            or not wait_store_ok
+            or status not in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT)
+        ):
+            fut.set_result(status)
+            return fut
+        next_offset = result.next_offset
+        if not self.is_slave_ok(next_offset):
+            self.slave_not_available_total += 1
+            fut.set_result(PutStatus.SLAVE_NOT_AVAILABLE)
+            return fut
+        acked = self.group_transfer.put_request(next_offset, self.config.syncFlushTimeout / 1000.0)
+
+        def settle(done: asyncio.Future[bool]) -> None:
+            if not fut.done():
+                fut.set_result(status if done.result() else PutStatus.FLUSH_SLAVE_TIMEOUT)
+
+        if acked.done():
+            settle(acked)
+        else:
+            acked.add_done_callback(settle)
+        return fut
+
+    # -- status ------------------------------------------------------------------------------
+    def status(self) -> dict[str, object]:
+        """The ``master`` part of ``/v1/status`` plus counters for ``/metrics``."""
+        master_max = self.store.max_phy_offset
+        gap = self.config.haMaxGapNotInSync
+        slaves = [conn.status(master_max, gap) for conn in self.connections if conn.has_reported]
+        host, port = self.listen_address
+        return {
+            "push2SlaveMaxOffset": self.push2slave_max_offset,
+            "connectionCount": len(slaves),
+            "inSyncSlaves": sum(1 for s in slaves if s["inSync"]),
+            "slaves": slaves,
+            "haListenAddress": f"{host}:{port}",
+            "socketCount": len(self.connections),
+            "acceptedConnectionsTotal": self.accept_service.accepted_total,
+            "closedConnectionsTotal": self.dropped_total,
+            "waitingProducers": self.group_transfer.waiting,
+            "syncReleasedTotal": self.group_transfer.released_total,
+            "syncTimeoutTotal": self.group_transfer.timed_out_total,
+            "slaveNotAvailableTotal": self.slave_not_available_total,
+        }

@@ -1,0 +1,213 @@
+"""ConsumeQueue: per (topic, queueId), an array of 20-byte units indexing the commit log.
+
+Unit ``i`` sits at byte ``i * 20`` of the logical queue: int64 commit-log offset, int32 record
+size, int64 tagsCode (spec §2.3).  Units are written only by the dispatcher, on master and
+slave alike, from the records' own QUEUEOFFSET fields.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from pathlib import Path
+
+from habroker.store.mapped_file import MappedFile
+from habroker.store.mapped_file_queue import MappedFileQueue
+
+log = logging.getLogger(__name__)
+
+CQ_STORE_UNIT_SIZE = 20
+UNIT = struct.Struct(">qiq")
+# filler for slots before a queue's first real unit (a queue that starts past index 0)
+BLANK_UNIT_SIZE = 0x7FFFFFFF
+BLANK_UNIT = UNIT.pack(0, BLANK_UNIT_SIZE, 0)
+
+
+class ConsumeQueue:
+    def __init__(self, topic: str, queue_id: int, directory: Path, file_size: int) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.queue = MappedFileQueue(directory, file_size)
+        self.max_physic_offset = -1  # end of the last record indexed (dedups re-dispatch)
+        self.min_logic_offset = 0  # bytes; advanced by retention
+
+    # -- offsets (in units) --------------------------------------------------------------------
+    @property
+    def min_offset_in_queue(self) -> int:
+        return max(self.min_logic_offset, self.queue.min_offset) // CQ_STORE_UNIT_SIZE
+
+    @property
+    def max_offset_in_queue(self) -> int:
+        return self.queue.max_offset // CQ_STORE_UNIT_SIZE
+
+    # -- load and recovery ---------------------------------------------------------------------
+    def load(self) -> None:
+        self.queue.load()
+
+    def recover(self) -> None:
+        """Find the last valid unit (offset >= 0, size > 0), scanning from the third-to-last
+        file like RocketMQ; everything after it is cut."""
+        files = self.queue.files
+        if not files:
+            return
+        end = files[0].file_from_offset
+        for mf in files[max(0, len(files) - 3) :]:
+            pos = _valid_prefix(mf)
+            end = mf.file_from_offset + pos
+            if pos < mf.file_size:
+                break
+        self.queue.truncate_dirty(end)
+        self.queue.flushed_where = end
+        self._reload_max_physic()
+        self.min_logic_offset = self.queue.min_offset
+
+    def _reload_max_physic(self) -> None:
+        self.max_physic_offset = -1
+        for mf in reversed(self.queue.files):
+            pos = mf.wrote_position - CQ_STORE_UNIT_SIZE
+            while pos >= 0:
+                offset, size, _ = UNIT.unpack_from(mf.mm, pos)
+                if size != BLANK_UNIT_SIZE:
+                    self.max_physic_offset = offset + size
+                    return
+                pos -= CQ_STORE_UNIT_SIZE
+
+    def truncate_dirty(self, phy_end: int) -> None:
+        """Remove units whose record starts at or past ``phy_end`` (the log's valid end)."""
+        files = self.queue.files
+        cut = None
+        for mf in reversed(files):
+            pos = 0
+            found = None
+            while pos < mf.wrote_position:
+                offset, size, _ = UNIT.unpack_from(mf.mm, pos)
+                if size != BLANK_UNIT_SIZE and offset >= phy_end:
+                    found = pos
+                    break
+                pos += CQ_STORE_UNIT_SIZE
+            if found is None:
+                break
+            cut = mf.file_from_offset + found
+            if found > 0:
+                break
+        if cut is not None:
+            self.queue.truncate_dirty(cut)
+            self._reload_max_physic()
+
+    # -- writing (dispatcher) ------------------------------------------------------------------
+    def put_unit(self, offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
+        """Write the unit for one record at index ``queue_offset``; False if it is a duplicate."""
+        if offset + size <= self.max_physic_offset:
+            return False
+        expect = queue_offset * CQ_STORE_UNIT_SIZE
+        current = self.queue.max_offset
+        created = not self.queue.files
+        if created:
+            current = self.queue.last_writable(expect).file_from_offset
+            self.min_logic_offset = expect
+        if expect < current:
+            log.warning(
+                "%s-%d: unit for queue offset %d already exists (max %d); record at %d ignored",
+                self.topic,
+                self.queue_id,
+                queue_offset,
+                current // CQ_STORE_UNIT_SIZE,
+                offset,
+            )
+            return False
+        if expect > current:
+            if not created:
+                log.warning(
+                    "%s-%d: gap before queue offset %d (max %d): padding with blank units",
+                    self.topic,
+                    self.queue_id,
+                    queue_offset,
+                    current // CQ_STORE_UNIT_SIZE,
+                )
+            self._pad_to(expect)
+        mf = self.queue.last_writable()
+        UNIT.pack_into(mf.mm, mf.wrote_position, offset, size, tags_code)
+        mf.wrote_position += CQ_STORE_UNIT_SIZE
+        self.max_physic_offset = offset + size
+        return True
+
+    def _pad_to(self, expect: int) -> None:
+        while self.queue.max_offset < expect:
+            mf = self.queue.last_writable()
+            n = min(mf.file_size - mf.wrote_position, expect - self.queue.max_offset)
+            n -= n % CQ_STORE_UNIT_SIZE
+            mf.mm[mf.wrote_position : mf.wrote_position + n] = BLANK_UNIT * (
+                n // CQ_STORE_UNIT_SIZE
+            )
+            mf.wrote_position += n
+
+    # -- reading -------------------------------------------------------------------------------
+    def units_from(self, index: int) -> tuple[memoryview, int] | None:
+        """A view of the written units from ``index`` to the end of that unit's file, and the
+        file's first unit index; None if no file holds the index."""
+        byte = index * CQ_STORE_UNIT_SIZE
+        mf = self.queue.find(byte)
+        if mf is None:
+            return None
+        pos = byte - mf.file_from_offset
+        if pos >= mf.wrote_position:
+            return None
+        return mf.view[pos : mf.wrote_position], index
+
+    def get_unit(self, index: int) -> tuple[int, int, int] | None:
+        found = self.units_from(index)
+        if found is None:
+            return None
+        offset, size, tags = UNIT.unpack_from(found[0], 0)
+        return offset, size, tags
+
+    # -- retention -----------------------------------------------------------------------------
+    def delete_expired(self, min_phy_offset: int) -> int:
+        """Delete leading files whose units all point below the commit log's new minimum."""
+        files = self.queue.files
+        count = 0
+        for mf in files[:-1]:
+            if mf.wrote_position < CQ_STORE_UNIT_SIZE:
+                break
+            offset, size, _ = UNIT.unpack_from(mf.mm, mf.wrote_position - CQ_STORE_UNIT_SIZE)
+            if size != BLANK_UNIT_SIZE and offset >= min_phy_offset:
+                break
+            count += 1
+        if count:
+            self.queue.delete_first(count)
+        self.correct_min_offset(min_phy_offset)
+        return count
+
+    def correct_min_offset(self, min_phy_offset: int) -> None:
+        """min offset = the first unit whose record still exists (starts >= min_phy_offset)."""
+        for mf in self.queue.files:
+            last_pos = mf.wrote_position - CQ_STORE_UNIT_SIZE
+            if last_pos < 0:
+                continue
+            offset, size, _ = UNIT.unpack_from(mf.mm, last_pos)
+            if size == BLANK_UNIT_SIZE or offset < min_phy_offset:
+                continue
+            pos = 0
+            while pos <= last_pos:
+                offset, size, _ = UNIT.unpack_from(mf.mm, pos)
+                if size != BLANK_UNIT_SIZE and offset >= min_phy_offset:
+                    self.min_logic_offset = mf.file_from_offset + pos
+                    return
+                pos += CQ_STORE_UNIT_SIZE
+        self.min_logic_offset = self.queue.max_offset
+
+    async def flush(self) -> int:
+        return await self.queue.flush()
+
+    def close(self) -> None:
+        self.queue.close()
+
+
+def _valid_prefix(mf: MappedFile) -> int:
+    """Bytes of ``mf`` holding valid units, counted from its start."""
+    pos = 0
+    for offset, size, _ in UNIT.iter_unpack(mf.mm):
+        if offset < 0 or size <= 0:
+            break
+        pos += CQ_STORE_UNIT_SIZE
+    return pos

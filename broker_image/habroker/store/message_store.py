@@ -1,0 +1,619 @@
+"""MessageStore: commit log + consume queues + flush, recovery and retention, on one loop.
+
+Every method runs on the event loop thread, so there are no locks around the in-memory state;
+only fdatasync calls leave the loop (worker threads).  The write path is synchronous: a put
+appends into the mapping and dispatches its consume-queue units before it returns, so a pull
+issued right after sees the messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fcntl
+import logging
+import os
+import re
+import struct
+import time
+from collections.abc import Collection, Sequence
+
+from habroker.config import BrokerConfig, BrokerRole, FlushDiskType
+from habroker.message import (
+    END_FILE_MIN_BLANK_LENGTH,
+    MAX_PROPERTIES_LENGTH,
+    MAX_TOPIC_LENGTH_V1,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_TYPE_MASK,
+    DispatchRequest,
+    MessageExt,
+    decode_record,
+    host_block,
+)
+from habroker.store.checkpoint import StoreCheckpoint
+from habroker.store.cleaner import CleanCommitLogService, expired_before_ms, should_clean
+from habroker.store.commit_log import CommitLog, disk_used_ratio
+from habroker.store.consume_queue import BLANK_UNIT_SIZE, UNIT, ConsumeQueue
+from habroker.store.dispatcher import ReputMessageService
+from habroker.store.errors import (
+    InvalidTopic,
+    MessageTooLarge,
+    PropertiesTooLarge,
+    StoreError,
+    StoreNotWritable,
+)
+from habroker.store.flush import (
+    FlushCommitLogService,
+    FlushConsumeQueueService,
+    GroupCommitService,
+    _Service,
+)
+from habroker.store.values import (
+    BatchEntry,
+    CleanResult,
+    GetMessageResult,
+    GetMessageStatus,
+    PutResult,
+    PutStatus,
+    SelectedRegion,
+)
+
+log = logging.getLogger(__name__)
+
+# RocketMQ's TopicValidator character rule; also keeps topics safe as directory names
+_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+_SHARED_HEAD = struct.Struct(">iq")  # SYSFLAG BORNTIMESTAMP
+_I64 = struct.Struct(">q")
+_SHARED_TAIL = struct.Struct(">iq").pack(0, 0)  # RECONSUMETIMES PREPAREDTRANSACTIONOFFSET
+MAX_FILTERED_UNITS = 16000
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class MessageStore:
+    """The broker's storage engine; see the module docstring for the threading rule."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.root = config.store_root
+        self.commit_log = CommitLog(config.commit_log_dir, config.mappedFileSizeCommitLog)
+        self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self.reput = ReputMessageService(self.commit_log, self._dispatch, self._is_slave)
+        self.checkpoint: StoreCheckpoint | None = None
+        self._queue_offsets: dict[tuple[str, int], int] = {}
+        self._topic_bytes: dict[str, bytes] = {}
+        self._lock_fd: int | None = None
+        self._running = False
+        self._services: list[_Service] = []
+        self.group_commit: GroupCommitService | None = None
+        self._new_data: asyncio.Event | None = None
+        self._new_messages: asyncio.Event | None = None
+        self.last_exit_ok = True
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Lock the directory, load, recover (clean or after a crash), start the services."""
+        if self._running:
+            return
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._take_lock()
+        try:
+            self.checkpoint = StoreCheckpoint(self.root / "checkpoint")
+            abort = self.root / "abort"
+            self.last_exit_ok = not abort.exists()
+            self.commit_log.queue.load()
+            self._load_consume_queues()
+            self._recover(abnormal=not self.last_exit_ok)
+            abort.write_text(str(os.getpid()))
+        except BaseException:
+            self._close_files()
+            self._release_lock()
+            raise
+        self._running = True
+        self._start_services()
+
+    def _start_services(self) -> None:
+        cfg = self.config
+        cl = self.commit_log
+        if cfg.flushDiskType is FlushDiskType.SYNC_FLUSH:
+            self.group_commit = GroupCommitService(cl, self._flush_commit_log)
+            self._services.append(self.group_commit)
+            # a slave or WAIT=false producers still need their bytes synced eventually
+        self._services.append(
+            FlushCommitLogService(
+                cl,
+                lambda: self.config.flushIntervalCommitLog,
+                lambda: self.config.flushCommitLogLeastPages,
+                self._flush_commit_log,
+            )
+        )
+        self._services.append(
+            FlushConsumeQueueService(
+                lambda: self.config.flushIntervalConsumeQueue, self._flush_consume_queues
+            )
+        )
+        self._services.append(
+            CleanCommitLogService(
+                lambda: self.config.cleanResourceInterval, lambda: self.clean_expired(False)
+            )
+        )
+        for service in self._services:
+            service.start()
+
+    async def shutdown(self) -> None:
+        """Stop services, flush everything, write the checkpoint, remove ``abort``."""
+        if not self._running:
+            return
+        self._running = False
+        for service in self._services:
+            await service.stop()
+        self._services = []
+        self.group_commit = None
+        await self._flush_commit_log()
+        await self._flush_consume_queues()
+        clean = self.reput.behind() == 0
+        self._close_files()
+        if clean:
+            (self.root / "abort").unlink(missing_ok=True)
+        else:
+            log.warning(
+                "dispatch is %d bytes behind the commit log at shutdown; keeping the "
+                "abort file so the next start recovers",
+                self.reput.behind(),
+            )
+        self._release_lock()
+        for event in (self._new_data, self._new_messages):
+            if event is not None:
+                event.set()
+
+    def _close_files(self) -> None:
+        self.commit_log.close()
+        for cq in self.consume_queues.values():
+            cq.close()
+        self.consume_queues = {}
+        if self.checkpoint is not None:
+            self.checkpoint.close()
+            self.checkpoint = None
+
+    def _take_lock(self) -> None:
+        path = self.root / "lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise StoreError(
+                    f"{self.root} is in use by another broker (lock held on {path}); two brokers "
+                    "must never share a store directory"
+                ) from None
+            raise
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # -- loading and recovery ------------------------------------------------------------------
+    def _load_consume_queues(self) -> None:
+        root = self.config.consume_queue_dir
+        if not root.is_dir():
+            return
+        for topic_dir in sorted(root.iterdir()):
+            if not topic_dir.is_dir() or not _TOPIC_RE.match(topic_dir.name):
+                continue
+            for queue_dir in sorted(topic_dir.iterdir()):
+                if not queue_dir.is_dir() or not queue_dir.name.isdigit():
+                    continue
+                cq = self._new_consume_queue(topic_dir.name, int(queue_dir.name))
+                cq.load()
+
+    def _new_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = ConsumeQueue(
+            topic,
+            queue_id,
+            self.config.consume_queue_dir / topic / str(queue_id),
+            self.config.mappedFileSizeConsumeQueue,
+        )
+        self.consume_queues[(topic, queue_id)] = cq
+        return cq
+
+    def _recover(self, abnormal: bool) -> None:
+        """Valid log end by CRC scan, queues cut to it, then re-dispatch what they miss."""
+        assert self.checkpoint is not None
+        end, scan_start = self.commit_log.recover(
+            abnormal, self.checkpoint.min_timestamp, self.config.checkCRCOnRecover
+        )
+        for cq in self.consume_queues.values():
+            cq.recover()
+            if not self.commit_log.queue.files:
+                cq.queue.destroy_all()
+                cq.max_physic_offset = -1
+            else:
+                cq.truncate_dirty(end)
+        covered = max((cq.max_physic_offset for cq in self.consume_queues.values()), default=-1)
+        start = self.commit_log.min_offset if covered < 0 else covered
+        if abnormal:
+            start = min(start, scan_start)
+        start = min(max(start, self.commit_log.min_offset), end)
+        self.reput.reput_from_offset = start
+        dispatched = self.reput.do_reput()
+        if dispatched:
+            log.info("recovery re-dispatched %d records from offset %d", dispatched, start)
+        min_phy = self.commit_log.min_offset
+        for cq in self.consume_queues.values():
+            cq.correct_min_offset(min_phy)
+        self._queue_offsets.clear()
+
+    # -- dispatch ------------------------------------------------------------------------------
+    def _is_slave(self) -> bool:
+        return self.config.brokerRole is BrokerRole.SLAVE
+
+    def _dispatch(self, req: DispatchRequest) -> None:
+        tran = req.sys_flag & TRANSACTION_TYPE_MASK
+        if tran and tran != TRANSACTION_COMMIT_TYPE:
+            return  # prepared and rolled-back halves never enter a consume queue
+        key = (req.topic, req.queue_id)
+        cq = self.consume_queues.get(key)
+        if cq is None:
+            if not _TOPIC_RE.match(req.topic) or req.queue_id < 0:
+                log.error(
+                    "record at %d has topic %r queue %d that cannot name a consume "
+                    "queue; not indexed",
+                    req.commit_log_offset,
+                    req.topic,
+                    req.queue_id,
+                )
+                return
+            cq = self._new_consume_queue(req.topic, req.queue_id)
+        cq.put_unit(req.commit_log_offset, req.size, req.tags_code, req.queue_offset)
+
+    def _notify(self) -> None:
+        if self._new_data is not None:
+            self._new_data.set()
+            self._new_data = None
+        if self._new_messages is not None:
+            self._new_messages.set()
+            self._new_messages = None
+
+    # -- master write path ---------------------------------------------------------------------
+    def put_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        entries: Sequence[BatchEntry],
+        *,
+        born_host: tuple[str, int],
+        born_timestamp: int | None = None,
+    ) -> PutResult:
+        """Append a batch as consecutive records of one queue (spec §1.9) and index it.
+
+        The whole batch is validated first: on any error nothing is written.
+        """
+        if not self._running:
+            raise StoreNotWritable("the store is not running")
+        if self.config.brokerRole is BrokerRole.SLAVE:
+            raise StoreNotWritable("a SLAVE store only takes replicated bytes")
+        if not entries:
+            raise StoreError("an empty batch has nothing to store")
+        if not 0 <= queue_id <= 0x7FFFFFFF:
+            raise StoreError(f"queueId {queue_id} is out of range")
+        topic_raw = self._topic_bytes.get(topic)
+        if topic_raw is None:
+            topic_raw = self._check_topic(topic)
+        store_block = host_block((self.config.brokerIP1, self.config.listenPort))
+        born_block = host_block(born_host)
+        sys_flag = (0x10 if len(born_block) == 20 else 0) | (0x20 if len(store_block) == 20 else 0)
+        record_base = 74 + len(born_block) + len(store_block) + 1 + len(topic_raw)
+        max_body = self.config.maxMessageSize
+        total = 0
+        for i, entry in enumerate(entries):
+            body_len = len(entry.body)
+            props_len = len(entry.properties)
+            if body_len > max_body:
+                raise MessageTooLarge(
+                    f"message {i} of the batch: body is {body_len} bytes, "
+                    f"maxMessageSize is {max_body}"
+                )
+            if props_len > MAX_PROPERTIES_LENGTH:
+                raise PropertiesTooLarge(
+                    f"message {i} of the batch: properties are {props_len} "
+                    f"bytes, at most {MAX_PROPERTIES_LENGTH}"
+                )
+            total += record_base + body_len + props_len
+        file_size = self.commit_log.file_size
+        if total + END_FILE_MIN_BLANK_LENGTH > file_size:
+            raise MessageTooLarge(
+                f"the batch encodes to {total} bytes; a commit-log file "
+                f"(mappedFileSizeCommitLog) holds {file_size - 8}"
+            )
+        key = (topic, queue_id)
+        queue_offset = self._queue_offsets.get(key)
+        if queue_offset is None:
+            cq = self.consume_queues.get(key)
+            queue_offset = cq.max_offset_in_queue if cq is not None else 0
+        store_ts = _now_ms()
+        born_ts = store_ts if born_timestamp is None else born_timestamp
+        shared = b"".join(
+            (
+                _SHARED_HEAD.pack(sys_flag, born_ts),
+                born_block,
+                _I64.pack(store_ts),
+                store_block,
+                _SHARED_TAIL,
+            )
+        )
+        topic_tail = bytes((len(topic_raw),)) + topic_raw
+        wrote_offset = self.commit_log.put_batch(
+            topic_tail, queue_id, entries, queue_offset, shared, record_base, total
+        )
+        self._queue_offsets[key] = queue_offset + len(entries)
+        self.reput.do_reput()
+        self._notify()
+        return PutResult(
+            PutStatus.PUT_OK,
+            wrote_offset,
+            total,
+            queue_offset,
+            len(entries),
+            (store_block + _I64.pack(wrote_offset)).hex().upper(),
+            store_ts,
+        )
+
+    def _check_topic(self, topic: str) -> bytes:
+        raw = topic.encode()
+        if not raw or len(raw) > MAX_TOPIC_LENGTH_V1 or not _TOPIC_RE.match(topic):
+            raise InvalidTopic(f"topic {topic!r}: 1..127 characters from [%|a-zA-Z0-9_-]")
+        if len(self._topic_bytes) > 100_000:
+            self._topic_bytes.clear()
+        self._topic_bytes[topic] = raw
+        return raw
+
+    async def wait_flushed(self, offset: int, timeout: float) -> bool:  # noqa: ASYNC109
+        """SYNC_FLUSH: True once bytes up to ``offset`` are on disk (group commit); False on
+        timeout.  ASYNC_FLUSH: True at once."""
+        if self.config.flushDiskType is not FlushDiskType.SYNC_FLUSH or self.group_commit is None:
+            return self.config.flushDiskType is not FlushDiskType.SYNC_FLUSH or (
+                self.commit_log.flushed_offset >= offset
+            )
+        return await self.group_commit.wait(offset, timeout)
+
+    # -- read path -----------------------------------------------------------------------------
+    def get_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msgs: int,
+        max_bytes: int = 4 * 1024 * 1024,
+        *,
+        tags_codes: Collection[int] | None = None,
+    ) -> GetMessageResult:
+        """RocketMQ's getMessage: up to ``max_msgs`` records from queue offset ``offset``.
+
+        At least one record is returned even if it alone exceeds ``max_bytes``.  Units whose
+        bytes retention already deleted are skipped.  ``tags_codes`` filters on the unit's
+        tagsCode (the consumer re-checks the tag string: hash codes can collide).
+        """
+        cq = self.consume_queues.get((topic, queue_id))
+        if cq is None:
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, [], 0, 0, 0)
+        min_offset = cq.min_offset_in_queue
+        max_offset = cq.max_offset_in_queue
+        if max_offset == 0:
+            return GetMessageResult(
+                GetMessageStatus.NO_MESSAGE_IN_QUEUE, [], 0, min_offset, max_offset
+            )
+        if offset < min_offset:
+            return GetMessageResult(
+                GetMessageStatus.OFFSET_TOO_SMALL, [], min_offset, min_offset, max_offset
+            )
+        if offset == max_offset:
+            return GetMessageResult(
+                GetMessageStatus.OFFSET_OVERFLOW_ONE, [], offset, min_offset, max_offset
+            )
+        if offset > max_offset:
+            return GetMessageResult(
+                GetMessageStatus.OFFSET_OVERFLOW_BADLY, [], max_offset, min_offset, max_offset
+            )
+        first = cq.units_from(offset)
+        if first is None:
+            return GetMessageResult(
+                GetMessageStatus.OFFSET_FOUND_NULL, [], offset, min_offset, max_offset
+            )
+        status = GetMessageStatus.NO_MATCHED_MESSAGE
+        records: list[memoryview | bytes] = []
+        total_bytes = 0
+        max_phy_pulling = 0
+        index = offset
+        examine_limit = offset + max(MAX_FILTERED_UNITS, max_msgs * 20)
+        min_phy = self.commit_log.min_offset
+        read = self.commit_log.read
+        found: tuple[memoryview, int] | None = first
+        full = False
+        while found is not None and not full:
+            units = found[0]
+            for phys, size, tags in UNIT.iter_unpack(units):
+                if index >= examine_limit:
+                    full = True
+                    break
+                max_phy_pulling = phys
+                if records and (len(records) >= max_msgs or total_bytes + size > max_bytes):
+                    full = True
+                    break
+                index += 1
+                if size == BLANK_UNIT_SIZE or phys < min_phy:
+                    continue
+                if tags_codes is not None and tags not in tags_codes:
+                    continue
+                record = read(phys, size)
+                if record is None:
+                    continue
+                records.append(record)
+                total_bytes += size
+                status = GetMessageStatus.FOUND
+            units.release()
+            if not full:
+                found = cq.units_from(index) if index < max_offset else None
+        return GetMessageResult(
+            status, records, index, min_offset, max_offset, max_phy_pulling, len(records)
+        )
+
+    def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.consume_queues.get((topic, queue_id))
+        return cq.min_offset_in_queue if cq is not None else 0
+
+    def max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.consume_queues.get((topic, queue_id))
+        return cq.max_offset_in_queue if cq is not None else 0
+
+    def queue_ids(self, topic: str) -> list[int]:
+        return sorted(qid for (t, qid) in self.consume_queues if t == topic)
+
+    def topics(self) -> list[str]:
+        return sorted({t for (t, _) in self.consume_queues})
+
+    def look_message_by_offset(
+        self, commit_log_offset: int, size: int | None = None
+    ) -> MessageExt | None:
+        """Decode the record at a commit-log offset (e.g. from an offsetMsgId)."""
+        if size is None:
+            head = self.commit_log.read(commit_log_offset, 4)
+            if head is None:
+                return None
+            size = struct.unpack(">i", head)[0]
+            head.release()
+        view = self.commit_log.read(commit_log_offset, size) if size > 0 else None
+        if view is None:
+            return None
+        try:
+            return decode_record(view)
+        except ValueError:
+            return None
+        finally:
+            view.release()
+
+    async def wait_for_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        timeout: float,  # noqa: ASYNC109
+    ) -> bool:
+        """Long-poll helper: True once the queue's max offset exceeds ``offset``."""
+        deadline = time.monotonic() + timeout
+        while self.max_offset_in_queue(topic, queue_id) <= offset:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._running:
+                return False
+            if self._new_messages is None:
+                self._new_messages = asyncio.Event()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._new_messages.wait(), remaining)
+        return True
+
+    # -- facts ---------------------------------------------------------------------------------
+    @property
+    def min_phy_offset(self) -> int:
+        return self.commit_log.min_offset
+
+    @property
+    def max_phy_offset(self) -> int:
+        return self.commit_log.max_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.commit_log.flushed_offset
+
+    @property
+    def dispatched_offset(self) -> int:
+        return self.reput.reput_from_offset
+
+    @property
+    def mapped_file_size(self) -> int:
+        return self.commit_log.file_size
+
+    @property
+    def commit_log_fsync_count(self) -> int:
+        """fdatasync calls made on commit-log files so far (group commit is visible here)."""
+        return self.commit_log.queue.fsync_count
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    # -- replication hooks ---------------------------------------------------------------------
+    def get_commit_log_data(self, offset: int) -> SelectedRegion | None:
+        """Bytes of the one file holding ``offset``, from it to that file's readable end."""
+        return self.commit_log.select_region(offset)
+
+    def append_to_commit_log(self, offset: int, data: bytes | memoryview) -> bool:
+        """Slave: raw bytes at exactly the local max offset; dispatches whole records."""
+        if not self._running:
+            return False
+        if not self.commit_log.append_raw(offset, data):
+            return False
+        self.reput.do_reput()
+        self._notify()
+        return True
+
+    async def wait_for_new_data(self, offset: int, timeout: float) -> None:  # noqa: ASYNC109
+        """Return once max_phy_offset > ``offset`` or ``timeout`` seconds pass."""
+        deadline = time.monotonic() + timeout
+        while self.max_phy_offset <= offset and self._running:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            if self._new_data is None:
+                self._new_data = asyncio.Event()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._new_data.wait(), remaining)
+
+    # -- flushing ------------------------------------------------------------------------------
+    async def _flush_commit_log(self) -> None:
+        """fdatasync the commit log; the checkpoint learns the store time now durable."""
+        offset, store_ts = self.reput.reput_from_offset, self.reput.last_store_timestamp
+        flushed = await self.commit_log.queue.flush()
+        if self.checkpoint is not None and offset <= flushed:
+            self.checkpoint.physic_msg_timestamp = store_ts
+
+    async def _flush_consume_queues(self) -> None:
+        """Sync dirty queues, then record in the checkpoint what is now durable."""
+        logics_ts = self.reput.last_store_timestamp
+        for cq in list(self.consume_queues.values()):
+            if cq.queue.unflushed_bytes() > 0:
+                await cq.flush()
+        if self.checkpoint is not None:
+            self.checkpoint.logics_msg_timestamp = logics_ts
+            await asyncio.to_thread(self.checkpoint.flush)
+
+    # -- retention -----------------------------------------------------------------------------
+    async def clean_expired(self, force: bool = False) -> CleanResult:
+        """Delete expired commit-log files now if due (or ``force``); queues follow."""
+        cl = self.commit_log
+        if not self._running:
+            return CleanResult(0, cl.min_offset)
+        if not force and not should_clean(self.config, disk_used_ratio(cl.queue.directory)):
+            return CleanResult(0, cl.min_offset)
+        before = expired_before_ms(self.config)
+        async with cl.queue.flush_lock:
+            limit = min(self.reput.reput_from_offset, cl.flushed_offset)
+            count = cl.queue.expired_files(before, limit)
+            if count:
+                for mf in cl.queue.files[:count]:
+                    log.info("retention: deleting %s", mf.path)
+                cl.queue.delete_first(count)
+        if count:
+            min_phy = cl.min_offset
+            for cq in self.consume_queues.values():
+                async with cq.queue.flush_lock:
+                    cq.delete_expired(min_phy)
+        return CleanResult(count, cl.min_offset)

@@ -1,0 +1,43 @@
+"""``python -m brokergroup_operator``: run the operator (same as ``kopf run -m ...handlers``).
+
+Namespaces to watch come from ``--namespace`` (repeatable) or ``WATCH_NAMESPACE`` (comma
+separated); without either the operator watches the whole cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+
+import kopf
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="brokergroup-operator")
+    parser.add_argument("-n", "--namespace", action="append", default=[], help="watch only these")
+    parser.add_argument(
+        "--liveness", default=None, help="e.g. http://0.0.0.0:8080/healthz for a liveness probe"
+    )
+    parser.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    namespaces = args.namespace or [
+        ns for ns in os.environ.get("WATCH_NAMESPACE", "").split(",") if ns.strip()
+    ]
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    from . import handlers  # registers the handlers with kopf's default registry
+
+    kopf.run(
+        standalone=not handlers.SETTINGS.peering,
+        peering_name=handlers.SETTINGS.peering or None,
+        clusterwide=not namespaces,
+        namespaces=namespaces,
+        liveness_endpoint=args.liveness,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""The few habroker admin calls the operator makes (see docs/http-api.md), over aiohttp.
+
+One ClientSession for the whole operator (connection reuse across groups), a timeout on every
+request, and a semaphore bounding how many requests are in flight at once so a sweep over many
+groups cannot open hundreds of sockets or starve the event loop that also runs kopf's watches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+
+JSON = dict[str, Any]
+
+
+class BrokerAPIError(Exception):
+    """A broker call failed: unreachable, timed out, or answered with an error."""
+
+
+class BrokerAPI:
+    def __init__(
+        self, session: aiohttp.ClientSession, timeout: float = 2.0, concurrency: int = 32
+    ) -> None:
+        self._session = session
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._limit = asyncio.Semaphore(concurrency)
+        self.requests = 0  # counted for the benchmark
+
+    async def _call(self, method: str, address: str, path: str, body: JSON | None = None) -> Any:
+        url = f"http://{address}{path}"
+        async with self._limit:
+            self.requests += 1
+            try:
+                async with self._session.request(
+                    method, url, json=body, timeout=self._timeout
+                ) as resp:
+                    if resp.status >= 400:
+                        text = (await resp.text())[:300]
+                        raise BrokerAPIError(f"{method} {path}: HTTP {resp.status}: {text}")
+                    if resp.content_type == "application/json":
+                        return await resp.json()
+                    return await resp.text()
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise BrokerAPIError(f"{method} {path}: {type(exc).__name__}: {exc}") from None
+
+    async def status(self, address: str) -> JSON:
+        result = await self._call("GET", address, "/v1/status")
+        if not isinstance(result, dict):
+            raise BrokerAPIError("GET /v1/status: not a JSON object")
+        return result
+
+    async def set_master_address(self, address: str, body: JSON) -> None:
+        await self._call("PUT", address, "/v1/admin/master-address", body)
+
+    async def patch_config(self, address: str, body: JSON) -> None:
+        await self._call("PATCH", address, "/v1/admin/config", body)
+
+    async def subscription_groups(self, address: str) -> dict[str, JSON]:
+        result = await self._call("GET", address, "/v1/subscription-groups")
+        table = result.get("subscriptionGroupTable") if isinstance(result, dict) else None
+        return dict(table or {})
+
+    async def put_subscription_group(self, address: str, group: str, body: JSON) -> None:
+        await self._call("PUT", address, f"/v1/subscription-groups/{quote(group, safe='')}", body)

@@ -1,0 +1,399 @@
+"""Pure manifest builders: a :class:`GroupSpec` in, the children's dicts out.
+
+Every child is applied with server-side apply, so each builder returns the complete desired
+object (fields we do not set are left to their owners: the StatefulSet controller, the kubelet).
+A StatefulSet gives all its pods one template, so ``broker.conf`` holds what the group shares
+and per-pod identity comes from ``HABROKER_<key>`` environment variables, which habroker reads
+over the file: brokerId from the pod's ordinal, brokerIP1 from the pod IP (downward API).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from . import API_VERSION, KIND
+from .spec import GroupSpec
+
+Manifest = dict[str, Any]
+
+CONF_DIR = "/etc/habroker"
+CONF_FILE = "broker.conf"
+DATA_DIR = "/data"
+STORE_DIR = "/data/store"
+CLIENT_PORT_NAME = "client"
+HA_PORT_NAME = "ha"
+
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_GROUP = "brokergroup.io/group"
+MANAGED_BY = "brokergroup-operator"
+CONFIG_HASH_ANNOTATION = "brokergroup.io/config-hash"
+MASTER = "master"
+SLAVE = "slave"
+
+#: keys applied at runtime through the admin API; kept out of the restart hash
+RUNTIME_POLICY_KEYS = ("slaveReadEnable", "accessMessageInMemoryMaxRatio")
+
+
+# -- names -------------------------------------------------------------------------------
+def master_name(group: str) -> str:
+    """Master StatefulSet and its headless Service."""
+    return f"{group}-master"
+
+
+def slave_name(group: str) -> str:
+    """Slave StatefulSet and its headless Service."""
+    return f"{group}-slave"
+
+
+def config_name(group: str) -> str:
+    return f"{group}-config"
+
+
+def client_service_name(group: str) -> str:
+    """Where producers connect: the master's client port behind a ClusterIP."""
+    return group
+
+
+def pdb_name(group: str) -> str:
+    return group
+
+
+def master_pod(group: str) -> str:
+    return f"{master_name(group)}-0"
+
+
+def slave_pod(group: str, broker_id: int) -> str:
+    return f"{slave_name(group)}-{broker_id - 1}"
+
+
+def pod_dns(pod: str, service: str, namespace: str, cluster_domain: str) -> str:
+    return f"{pod}.{service}.{namespace}.svc.{cluster_domain}"
+
+
+def master_ha_address(spec: GroupSpec, cluster_domain: str = "cluster.local") -> str:
+    """The master pod's stable DNS name and HA port: what every slave replicates from."""
+    host = pod_dns(master_pod(spec.name), master_name(spec.name), spec.namespace, cluster_domain)
+    return f"{host}:{spec.ha_port}"
+
+
+def broker_id_of_pod(pod_name: str, group: str) -> int | None:
+    """0 for the master pod, ordinal + 1 for a slave pod, None for anything else."""
+    if pod_name == master_pod(group):
+        return 0
+    prefix = slave_name(group) + "-"
+    if pod_name.startswith(prefix) and pod_name[len(prefix) :].isdigit():
+        return int(pod_name[len(prefix) :]) + 1
+    return None
+
+
+# -- labels ------------------------------------------------------------------------------
+def selector_labels(group: str, component: str | None = None) -> dict[str, str]:
+    """Immutable StatefulSet selectors: keep this set small and stable forever."""
+    labels = {LABEL_GROUP: group}
+    if component:
+        labels[LABEL_COMPONENT] = component
+    return labels
+
+
+def common_labels(group: str, component: str | None = None) -> dict[str, str]:
+    labels = {
+        LABEL_NAME: "habroker",
+        LABEL_INSTANCE: group,
+        LABEL_MANAGED_BY: MANAGED_BY,
+        **selector_labels(group),
+    }
+    if component:
+        labels[LABEL_COMPONENT] = component
+    return labels
+
+
+def owner_reference(owner: Mapping[str, Any]) -> dict[str, Any]:
+    """Controller reference so the garbage collector deletes children with the group."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": owner["name"],
+        "uid": owner["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _meta(
+    name: str, spec: GroupSpec, owner: Mapping[str, Any], component: str | None = None
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": spec.namespace,
+        "labels": common_labels(spec.name, component),
+        "ownerReferences": [owner_reference(owner)],
+    }
+
+
+# -- broker.conf -------------------------------------------------------------------------
+def broker_properties(spec: GroupSpec) -> dict[str, str]:
+    """The keys every broker of the group shares, in broker.conf order."""
+    props = {
+        "brokerClusterName": "DefaultCluster",
+        **dict(sorted(spec.broker_config.items())),
+        "brokerName": spec.name,
+        "bindAddress": "0.0.0.0",
+        "listenPort": str(spec.client_port),
+        "haListenPort": str(spec.ha_port),
+        "storePathRootDir": STORE_DIR,
+        "flushDiskType": spec.flush_disk_type,
+        "slaveReadEnable": "true" if spec.read_policy.slave_read_enable else "false",
+        "accessMessageInMemoryMaxRatio": str(spec.read_policy.access_message_in_memory_max_ratio),
+    }
+    return props
+
+
+def render_broker_conf(spec: GroupSpec) -> str:
+    lines = [
+        "# Generated by brokergroup-operator; edit the BrokerGroup, not this file.",
+        "# Per-pod keys (brokerId, brokerRole, brokerIP1, haMasterAddress) come from",
+        "# HABROKER_<key> environment variables set on each StatefulSet.",
+    ]
+    lines += [f"{key}={value}" for key, value in broker_properties(spec).items()]
+    return "\n".join(lines) + "\n"
+
+
+def config_hash(spec: GroupSpec) -> str:
+    """Hash of what a broker reads only at startup: a change means a rolling restart.
+
+    The read-policy keys are left out because the operator applies them at runtime.
+    """
+    props = {k: v for k, v in broker_properties(spec).items() if k not in RUNTIME_POLICY_KEYS}
+    text = "\n".join(f"{k}={v}" for k, v in sorted(props.items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def master_env_properties(spec: GroupSpec) -> dict[str, str]:
+    return {"brokerId": "0", "brokerRole": spec.master_role}
+
+
+def slave_env_properties(
+    spec: GroupSpec, broker_id: int, cluster_domain: str = "cluster.local"
+) -> dict[str, str]:
+    """A slave's per-pod keys; brokerId is computed in the container from the pod ordinal."""
+    return {
+        "brokerId": str(broker_id),
+        "brokerRole": "SLAVE",
+        "haMasterAddress": master_ha_address(spec, cluster_domain),
+    }
+
+
+def config_map(spec: GroupSpec, owner: Mapping[str, Any]) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(config_name(spec.name), spec, owner),
+        "data": {CONF_FILE: render_broker_conf(spec)},
+    }
+
+
+# -- Services ----------------------------------------------------------------------------
+def _ports(spec: GroupSpec) -> list[dict[str, Any]]:
+    return [
+        {"name": CLIENT_PORT_NAME, "port": spec.client_port, "targetPort": CLIENT_PORT_NAME},
+        {"name": HA_PORT_NAME, "port": spec.ha_port, "targetPort": HA_PORT_NAME},
+    ]
+
+
+def headless_service(spec: GroupSpec, owner: Mapping[str, Any], component: str) -> Manifest:
+    """Gives each pod a stable DNS name; published before readiness so a slave can resolve
+    the master while it recovers, and the operator can reach a broker that is not ready."""
+    name = master_name(spec.name) if component == MASTER else slave_name(spec.name)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(name, spec, owner, component),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": selector_labels(spec.name, component),
+            "ports": _ports(spec),
+        },
+    }
+
+
+def client_service(spec: GroupSpec, owner: Mapping[str, Any]) -> Manifest:
+    """Producers and consumers start at the master; pulls are redirected by brokerId."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(client_service_name(spec.name), spec, owner, MASTER),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector_labels(spec.name, MASTER),
+            "ports": [
+                {"name": CLIENT_PORT_NAME, "port": spec.client_port, "targetPort": CLIENT_PORT_NAME}
+            ],
+        },
+    }
+
+
+# -- StatefulSets ------------------------------------------------------------------------
+def _container(spec: GroupSpec, component: str, cluster_domain: str) -> dict[str, Any]:
+    conf = f"{CONF_DIR}/{CONF_FILE}"
+    env: list[dict[str, Any]] = [
+        {
+            "name": "HABROKER_brokerIP1",
+            "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+        }
+    ]
+    if component == MASTER:
+        env += [
+            {"name": f"HABROKER_{k}", "value": v} for k, v in master_env_properties(spec).items()
+        ]
+        command = ["habroker", "serve", "--config", conf]
+    else:
+        props = slave_env_properties(spec, broker_id=1, cluster_domain=cluster_domain)
+        del props["brokerId"]
+        env += [{"name": f"HABROKER_{k}", "value": v} for k, v in props.items()]
+        # brokerId = ordinal + 1: the pod name ends in the StatefulSet ordinal.
+        command = [
+            "/bin/sh",
+            "-c",
+            "HABROKER_brokerId=$(( ${HOSTNAME##*-} + 1 )); export HABROKER_brokerId; "
+            f"exec habroker serve --config {conf}",
+        ]
+    container: dict[str, Any] = {
+        "name": "broker",
+        "image": spec.image,
+        "imagePullPolicy": spec.image_pull_policy,
+        "command": command,
+        "env": env,
+        "ports": [
+            {"name": CLIENT_PORT_NAME, "containerPort": spec.client_port, "protocol": "TCP"},
+            {"name": HA_PORT_NAME, "containerPort": spec.ha_port, "protocol": "TCP"},
+        ],
+        "volumeMounts": [
+            {"name": "config", "mountPath": CONF_DIR, "readOnly": True},
+            {"name": "store", "mountPath": DATA_DIR},
+        ],
+        # Recovery of a long commit log can take a while: the startup probe gives it time
+        # before liveness may kill it; readiness waits for recovery (and a slave's first link).
+        "startupProbe": {
+            "httpGet": {"path": "/healthz", "port": CLIENT_PORT_NAME},
+            "periodSeconds": 2,
+            "failureThreshold": 150,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": CLIENT_PORT_NAME},
+            "periodSeconds": 10,
+            "timeoutSeconds": 3,
+            "failureThreshold": 6,
+        },
+        "readinessProbe": {
+            "httpGet": {"path": "/readyz", "port": CLIENT_PORT_NAME},
+            "periodSeconds": 2,
+            "timeoutSeconds": 2,
+            "failureThreshold": 3,
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    if spec.resources:
+        container["resources"] = {
+            k: dict(v) for k, v in spec.resources.items() if k in ("requests", "limits") and v
+        }
+    return container
+
+
+def statefulset(
+    spec: GroupSpec,
+    owner: Mapping[str, Any],
+    component: str,
+    cluster_domain: str = "cluster.local",
+) -> Manifest:
+    """Master (1 replica, brokerId 0) or slaves (N replicas, brokerId ordinal+1).
+
+    updateStrategy OnDelete: the StatefulSet controller never restarts a broker by itself; the
+    operator deletes outdated pods in its own order (slaves first, the master only while a slave
+    is in sync), see ``rolling``.
+    """
+    name = master_name(spec.name) if component == MASTER else slave_name(spec.name)
+    replicas = 1 if component == MASTER else spec.slaves
+    volumes: list[dict[str, Any]] = [
+        {"name": "config", "configMap": {"name": config_name(spec.name)}},
+    ]
+    if spec.ephemeral:
+        volumes.append({"name": "store", "emptyDir": {}})
+    sts_spec: dict[str, Any] = {
+        "replicas": replicas,
+        "serviceName": name,
+        "podManagementPolicy": "Parallel",
+        "updateStrategy": {"type": "OnDelete"},
+        "selector": {"matchLabels": selector_labels(spec.name, component)},
+        "template": {
+            "metadata": {
+                "labels": common_labels(spec.name, component),
+                "annotations": {CONFIG_HASH_ANNOTATION: config_hash(spec)},
+            },
+            "spec": {
+                "terminationGracePeriodSeconds": 30,
+                "enableServiceLinks": False,
+                "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                "containers": [_container(spec, component, cluster_domain)],
+                "volumes": volumes,
+            },
+        },
+    }
+    if not spec.ephemeral:
+        claim_spec: dict[str, Any] = {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": spec.storage_size}},
+        }
+        if spec.storage_class:
+            claim_spec["storageClassName"] = spec.storage_class
+        sts_spec["volumeClaimTemplates"] = [
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "store", "labels": common_labels(spec.name, component)},
+                "spec": claim_spec,
+            }
+        ]
+        sts_spec["persistentVolumeClaimRetentionPolicy"] = {
+            "whenDeleted": spec.retain_when_deleted,
+            "whenScaled": spec.retain_when_scaled,
+        }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": _meta(name, spec, owner, component),
+        "spec": sts_spec,
+    }
+
+
+def pod_disruption_budget(spec: GroupSpec, owner: Mapping[str, Any]) -> Manifest:
+    """At most one broker of the group down for voluntary disruptions (drains)."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(pdb_name(spec.name), spec, owner),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(spec.name)}},
+    }
+
+
+def children(
+    spec: GroupSpec, owner: Mapping[str, Any], cluster_domain: str = "cluster.local"
+) -> list[Manifest]:
+    """Every child, in apply order (config and Services before the pods that need them)."""
+    return [
+        config_map(spec, owner),
+        headless_service(spec, owner, MASTER),
+        headless_service(spec, owner, SLAVE),
+        client_service(spec, owner),
+        statefulset(spec, owner, MASTER, cluster_domain),
+        statefulset(spec, owner, SLAVE, cluster_domain),
+        pod_disruption_budget(spec, owner),
+    ]

@@ -1,0 +1,164 @@
+"""The BrokerGroup spec as a typed value, with the checks the CRD schema cannot make.
+
+The apiserver applies the schema's defaults and rejects most bad objects, but it cannot know
+habroker's key set or parse values the broker will parse at startup. Those checks live here and
+raise :class:`SpecError` naming the field, which the handlers turn into a ``SpecValid=False``
+condition and an Event instead of a crash loop or a broker that never starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from habroker.config import BrokerConfig, ConfigError
+
+#: broker.conf keys the operator derives from other spec fields or per pod.
+RESERVED_KEYS = frozenset(
+    {
+        "brokerId",
+        "brokerRole",
+        "brokerName",
+        "brokerIP1",
+        "bindAddress",
+        "listenPort",
+        "haListenPort",
+        "haMasterAddress",
+        "storePathRootDir",
+        "storePathCommitLog",
+        "flushDiskType",
+        "slaveReadEnable",
+        "accessMessageInMemoryMaxRatio",
+    }
+)
+
+AUTO = "auto"
+
+
+class SpecError(ValueError):
+    """A spec the schema let through but the operator cannot run; ``field`` names it."""
+
+    def __init__(self, field_path: str, message: str, reason: str = "InvalidSpec") -> None:
+        super().__init__(f"{field_path}: {message}")
+        self.field = field_path
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class ReadPolicy:
+    slave_read_enable: bool = False
+    #: a brokerId, or ``"auto"``
+    which_broker_when_consume_slowly: int | str = AUTO
+    access_message_in_memory_max_ratio: int = 40
+
+    @property
+    def auto(self) -> bool:
+        return self.which_broker_when_consume_slowly == AUTO
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    name: str
+    namespace: str
+    image: str
+    image_pull_policy: str = "IfNotPresent"
+    replication_mode: str = "ASYNC"
+    flush_disk_type: str = "ASYNC_FLUSH"
+    slaves: int = 1
+    storage_size: str = "1Gi"
+    storage_class: str | None = None
+    ephemeral: bool = False
+    retain_when_deleted: str = "Retain"
+    retain_when_scaled: str = "Retain"
+    resources: Mapping[str, Any] = field(default_factory=dict)
+    read_policy: ReadPolicy = field(default_factory=ReadPolicy)
+    broker_config: Mapping[str, str] = field(default_factory=dict)
+    client_port: int = 10911
+    ha_port: int = 10912
+
+    @property
+    def master_role(self) -> str:
+        return "SYNC_MASTER" if self.replication_mode == "SYNC" else "ASYNC_MASTER"
+
+
+def _get(mapping: Mapping[str, Any], key: str, default: Any) -> Any:
+    value = mapping.get(key)
+    return default if value is None else value
+
+
+def parse_spec(name: str, namespace: str, spec: Mapping[str, Any]) -> GroupSpec:
+    """Typed spec with schema defaults filled in (objects created before a default existed)."""
+    storage = _get(spec, "storage", {})
+    retention = _get(storage, "retentionPolicy", {})
+    read = _get(spec, "readPolicy", {})
+    ports = _get(spec, "ports", {})
+    which = _get(read, "whichBrokerWhenConsumeSlowly", AUTO)
+    if isinstance(which, str) and which != AUTO:
+        which = int(which) if which.isdigit() else which
+    group = GroupSpec(
+        name=name,
+        namespace=namespace,
+        image=str(_get(spec, "image", "")),
+        image_pull_policy=str(_get(spec, "imagePullPolicy", "IfNotPresent")),
+        replication_mode=str(_get(spec, "replicationMode", "ASYNC")),
+        flush_disk_type=str(_get(spec, "flushDiskType", "ASYNC_FLUSH")),
+        slaves=int(_get(spec, "slaves", 1)),
+        storage_size=str(_get(storage, "size", "1Gi")),
+        storage_class=storage.get("storageClassName"),
+        ephemeral=bool(_get(storage, "ephemeral", False)),
+        retain_when_deleted=str(_get(retention, "whenDeleted", "Retain")),
+        retain_when_scaled=str(_get(retention, "whenScaled", "Retain")),
+        resources=dict(_get(spec, "resources", {})),
+        read_policy=ReadPolicy(
+            slave_read_enable=bool(_get(read, "slaveReadEnable", False)),
+            which_broker_when_consume_slowly=which,
+            access_message_in_memory_max_ratio=int(_get(read, "accessMessageInMemoryMaxRatio", 40)),
+        ),
+        broker_config={str(k): str(v) for k, v in _get(spec, "brokerConfig", {}).items()},
+        client_port=int(_get(ports, "client", 10911)),
+        ha_port=int(_get(ports, "ha", 10912)),
+    )
+    validate(group)
+    return group
+
+
+def validate(spec: GroupSpec) -> None:
+    """What the schema may miss (an old CRD, a schema-less apply) and what only habroker knows."""
+    if not spec.image:
+        raise SpecError("spec.image", "required")
+    if spec.replication_mode not in ("SYNC", "ASYNC"):
+        raise SpecError("spec.replicationMode", f"{spec.replication_mode!r}: SYNC or ASYNC")
+    if spec.slaves < 0:
+        raise SpecError("spec.slaves", "must be >= 0")
+    if spec.replication_mode == "SYNC" and spec.slaves < 1:
+        raise SpecError("spec.slaves", "must be at least 1 when spec.replicationMode is SYNC")
+    if spec.client_port == spec.ha_port:
+        raise SpecError("spec.ports", "client and ha must differ")
+    which = spec.read_policy.which_broker_when_consume_slowly
+    if isinstance(which, str) and which != AUTO:
+        raise SpecError(
+            "spec.readPolicy.whichBrokerWhenConsumeSlowly", f"{which!r}: auto or a brokerId"
+        )
+    if isinstance(which, int) and not 0 <= which <= spec.slaves:
+        raise SpecError(
+            "spec.readPolicy.whichBrokerWhenConsumeSlowly",
+            f"{which}: no such broker (0 is the master, slaves are 1..{spec.slaves})",
+        )
+    reserved = sorted(RESERVED_KEYS & set(spec.broker_config))
+    if reserved:
+        raise SpecError(
+            "spec.brokerConfig",
+            f"must not set {', '.join(reserved)}: the operator sets it from other spec fields",
+            reason="InvalidBrokerConfig",
+        )
+    # Let habroker itself parse the exact properties a slave (the strictest role) starts with,
+    # so an unknown key or unparsable value is reported here, not in a pod's crash loop.
+    from .manifests import broker_properties, slave_env_properties
+
+    props = dict(broker_properties(spec))
+    props.update(slave_env_properties(spec, broker_id=1))
+    try:
+        BrokerConfig.from_mapping(props, source="spec.brokerConfig")
+    except ConfigError as exc:
+        raise SpecError("spec.brokerConfig", str(exc), reason="InvalidBrokerConfig") from None

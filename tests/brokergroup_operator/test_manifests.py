@@ -1,0 +1,283 @@
+"""Manifest builders and spec checks: pure, no cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from brokergroup_operator import manifests as m
+from brokergroup_operator.spec import SpecError, parse_spec
+from habroker.config import BrokerConfig, read_properties
+
+OWNER = {"name": "bg", "uid": "1234"}
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def spec(**overrides):
+    base = {"image": "habroker:test", "slaves": 2}
+    base.update(overrides)
+    return parse_spec("bg", "ns", base)
+
+
+def by_kind(items):
+    return {(i["kind"], i["metadata"]["name"]): i for i in items}
+
+
+def test_children_names_and_ownership():
+    items = by_kind(m.children(spec(), OWNER))
+    assert set(items) == {
+        ("ConfigMap", "bg-config"),
+        ("Service", "bg-master"),
+        ("Service", "bg-slave"),
+        ("Service", "bg"),
+        ("StatefulSet", "bg-master"),
+        ("StatefulSet", "bg-slave"),
+        ("PodDisruptionBudget", "bg"),
+    }
+    for item in items.values():
+        (ref,) = item["metadata"]["ownerReferences"]
+        assert ref == {
+            "apiVersion": "brokergroup.io/v1alpha1",
+            "kind": "BrokerGroup",
+            "name": "bg",
+            "uid": "1234",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+        assert item["metadata"]["namespace"] == "ns"
+        assert item["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "brokergroup-operator"
+
+
+def test_broker_conf_is_valid_for_habroker(tmp_path):
+    group = spec(brokerConfig={"haMaxGapNotInSync": "1048576"}, replicationMode="SYNC")
+    conf = m.config_map(group, OWNER)["data"]["broker.conf"]
+    path = tmp_path / "broker.conf"
+    path.write_text(conf)
+    props = read_properties(path)
+    assert props["bindAddress"] == "0.0.0.0"
+    assert props["brokerName"] == "bg"
+    assert props["storePathRootDir"] == "/data/store"
+    # the master's and a slave's full configuration as the pod would load it
+    master = BrokerConfig.load(
+        path, environ={"HABROKER_brokerId": "0", "HABROKER_brokerRole": "SYNC_MASTER"}
+    )
+    assert master.haMaxGapNotInSync == 1048576 and master.brokerRole.value == "SYNC_MASTER"
+    env = {f"HABROKER_{k}": v for k, v in m.slave_env_properties(group, 2).items()}
+    slave = BrokerConfig.load(path, environ=env)
+    assert slave.brokerId == 2
+    assert slave.haMasterAddress == "bg-master-0.bg-master.ns.svc.cluster.local:10912"
+
+
+def test_master_statefulset():
+    sts = m.statefulset(spec(replicationMode="SYNC"), OWNER, m.MASTER)
+    assert sts["spec"]["replicas"] == 1
+    assert sts["spec"]["updateStrategy"] == {"type": "OnDelete"}
+    assert sts["spec"]["serviceName"] == "bg-master"
+    pod = sts["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+    assert env["HABROKER_brokerId"] == "0"
+    assert env["HABROKER_brokerRole"] == "SYNC_MASTER"
+    assert env["HABROKER_brokerIP1"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert container["command"] == ["habroker", "serve", "--config", "/etc/habroker/broker.conf"]
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
+        "client": 10911,
+        "ha": 10912,
+    }
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    (claim,) = sts["spec"]["volumeClaimTemplates"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "1Gi"
+    assert sts["spec"]["persistentVolumeClaimRetentionPolicy"] == {
+        "whenDeleted": "Retain",
+        "whenScaled": "Retain",
+    }
+    assert sts["spec"]["selector"]["matchLabels"] == {
+        "brokergroup.io/group": "bg",
+        "app.kubernetes.io/component": "master",
+    }
+
+
+def test_slave_statefulset_derives_broker_id_from_ordinal():
+    sts = m.statefulset(spec(slaves=3), OWNER, m.SLAVE)
+    assert sts["spec"]["replicas"] == 3
+    (container,) = sts["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["HABROKER_brokerRole"] == "SLAVE"
+    assert env["HABROKER_haMasterAddress"] == "bg-master-0.bg-master.ns.svc.cluster.local:10912"
+    assert "HABROKER_brokerId" not in env
+    script = container["command"][-1]
+    assert "${HOSTNAME##*-} + 1" in script and "exec habroker serve" in script
+
+
+def test_slave_command_computes_ids_in_a_real_shell():
+    import subprocess
+
+    sts = m.statefulset(spec(), OWNER, m.SLAVE)
+    script = sts["spec"]["template"]["spec"]["containers"][0]["command"][-1]
+    probe = script.replace(
+        "exec habroker serve --config /etc/habroker/broker.conf", 'echo "$HABROKER_brokerId"'
+    )
+    for ordinal in (0, 1, 11):
+        out = subprocess.run(
+            ["/bin/sh", "-c", probe],
+            env={"HOSTNAME": f"bg-slave-{ordinal}"},
+            capture_output=True,
+            text=True,
+        )
+        assert out.stdout.strip() == str(ordinal + 1)
+
+
+def test_ephemeral_storage_uses_empty_dir():
+    sts = m.statefulset(spec(storage={"ephemeral": True}), OWNER, m.SLAVE)
+    assert "volumeClaimTemplates" not in sts["spec"]
+    assert {"name": "store", "emptyDir": {}} in sts["spec"]["template"]["spec"]["volumes"]
+
+
+def test_storage_class_and_retention():
+    group = spec(
+        storage={
+            "size": "5Gi",
+            "storageClassName": "fast",
+            "retentionPolicy": {"whenScaled": "Delete"},
+        }
+    )
+    sts = m.statefulset(group, OWNER, m.SLAVE)
+    claim = sts["spec"]["volumeClaimTemplates"][0]["spec"]
+    assert claim["storageClassName"] == "fast"
+    assert claim["resources"]["requests"]["storage"] == "5Gi"
+    assert sts["spec"]["persistentVolumeClaimRetentionPolicy"]["whenScaled"] == "Delete"
+
+
+def test_headless_services_publish_not_ready():
+    svc = m.headless_service(spec(), OWNER, m.MASTER)
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["publishNotReadyAddresses"] is True
+    client = m.client_service(spec(), OWNER)
+    assert client["spec"]["selector"]["app.kubernetes.io/component"] == "master"
+    assert client["spec"]["ports"] == [{"name": "client", "port": 10911, "targetPort": "client"}]
+
+
+def test_config_hash_ignores_runtime_read_policy():
+    base = m.config_hash(spec())
+    assert (
+        m.config_hash(
+            spec(readPolicy={"slaveReadEnable": True, "accessMessageInMemoryMaxRatio": 10})
+        )
+        == base
+    )
+    assert m.config_hash(spec(brokerConfig={"fileReservedTime": "1"})) != base
+    assert m.config_hash(spec(flushDiskType="SYNC_FLUSH")) != base
+
+
+def test_restart_needing_changes_change_the_pod_template():
+    def template(group, component):
+        return m.statefulset(group, OWNER, component)["spec"]["template"]
+
+    assert template(spec(), m.MASTER) != template(spec(image="habroker:other"), m.MASTER)
+    assert template(spec(), m.MASTER) != template(spec(replicationMode="SYNC"), m.MASTER)
+    assert template(spec(), m.SLAVE) == template(spec(replicationMode="SYNC"), m.SLAVE)
+    assert template(spec(), m.SLAVE) == template(
+        spec(readPolicy={"slaveReadEnable": True}), m.SLAVE
+    )
+
+
+def test_resources_are_passed_through():
+    group = spec(resources={"limits": {"memory": "512Mi"}, "requests": {"cpu": "100m"}})
+    (container,) = m.statefulset(group, OWNER, m.MASTER)["spec"]["template"]["spec"]["containers"]
+    assert container["resources"] == {"limits": {"memory": "512Mi"}, "requests": {"cpu": "100m"}}
+
+
+def test_custom_ports():
+    group = spec(ports={"client": 20911, "ha": 20912})
+    assert m.master_ha_address(group) == "bg-master-0.bg-master.ns.svc.cluster.local:20912"
+    conf = m.render_broker_conf(group)
+    assert "listenPort=20911" in conf and "haListenPort=20912" in conf
+
+
+def test_broker_id_of_pod():
+    assert m.broker_id_of_pod("bg-master-0", "bg") == 0
+    assert m.broker_id_of_pod("bg-slave-0", "bg") == 1
+    assert m.broker_id_of_pod("bg-slave-10", "bg") == 11
+    assert m.broker_id_of_pod("bg-slave-x", "bg") is None
+    assert m.broker_id_of_pod("other-slave-0", "bg") is None
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "reason"),
+    [
+        ({"brokerConfig": {"haMaxGapNotInSnyc": "1"}}, "spec.brokerConfig", "InvalidBrokerConfig"),
+        (
+            {"brokerConfig": {"haMaxGapNotInSync": "lots"}},
+            "spec.brokerConfig",
+            "InvalidBrokerConfig",
+        ),
+        ({"brokerConfig": {"brokerId": "3"}}, "spec.brokerConfig", "InvalidBrokerConfig"),
+        ({"replicationMode": "SYNC", "slaves": 0}, "spec.slaves", "InvalidSpec"),
+        (
+            {"readPolicy": {"whichBrokerWhenConsumeSlowly": 5}},
+            "spec.readPolicy.whichBrokerWhenConsumeSlowly",
+            "InvalidSpec",
+        ),
+        (
+            {"readPolicy": {"whichBrokerWhenConsumeSlowly": "best"}},
+            "spec.readPolicy.whichBrokerWhenConsumeSlowly",
+            "InvalidSpec",
+        ),
+        ({"ports": {"client": 1, "ha": 1}}, "spec.ports", "InvalidSpec"),
+        ({"image": ""}, "spec.image", "InvalidSpec"),
+    ],
+)
+def test_spec_errors_name_the_field(overrides, field, reason):
+    with pytest.raises(SpecError) as info:
+        spec(**overrides)
+    assert info.value.field == field
+    assert info.value.reason == reason
+    assert field in str(info.value)
+
+
+def test_unknown_key_error_suggests_the_right_name():
+    with pytest.raises(SpecError, match="did you mean haMaxGapNotInSync"):
+        spec(brokerConfig={"haMaxGapNotInSnyc": "1"})
+
+
+def test_read_policy_parsing():
+    assert spec().read_policy.auto
+    fixed = spec(readPolicy={"whichBrokerWhenConsumeSlowly": "2"}).read_policy
+    assert fixed.which_broker_when_consume_slowly == 2 and not fixed.auto
+
+
+def test_example_objects_parse():
+    for path in sorted((ROOT / "examples").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc.get("kind") == "BrokerGroup":
+                parse_spec(doc["metadata"]["name"], "default", doc["spec"])
+
+
+def test_crd_is_structural_enough():
+    crd = yaml.safe_load((ROOT / "crds" / "brokergroup.io_brokergroups.yaml").read_text())
+    (version,) = crd["spec"]["versions"]
+    assert version["subresources"] == {"status": {}}
+    assert crd["spec"]["names"]["shortNames"] == ["bg"]
+    columns = {c["name"] for c in version["additionalPrinterColumns"]}
+    assert {"Ready", "Mode", "In-Sync", "Master-Offset", "Max-Lag", "Age"} <= columns
+    props = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    for key in (
+        "image",
+        "replicationMode",
+        "flushDiskType",
+        "slaves",
+        "storage",
+        "resources",
+        "readPolicy",
+        "brokerConfig",
+        "ports",
+    ):
+        assert props[key].get("description"), key
+    # the reserved keys refused by CEL are exactly the ones the operator sets
+    from brokergroup_operator.spec import RESERVED_KEYS
+
+    rules = props["brokerConfig"]["x-kubernetes-validations"][1]["rule"]
+    for key in RESERVED_KEYS:
+        assert f"'{key}'" in rules

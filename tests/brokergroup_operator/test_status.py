@@ -1,0 +1,389 @@
+"""Status computation, read-policy choice, wiring and rolling decisions: pure, no cluster."""
+
+from __future__ import annotations
+
+from brokergroup_operator.policy import (
+    choose_read_broker,
+    config_patch,
+    desired_config,
+    subscription_group_updates,
+)
+from brokergroup_operator.rolling import StsInfo, plan_roll
+from brokergroup_operator.spec import parse_spec
+from brokergroup_operator.status import (
+    BrokerReport,
+    Observation,
+    PodInfo,
+    compute_status,
+    status_patch,
+)
+from brokergroup_operator.wiring import master_target, rewire_plan
+
+T0 = "2030-01-01T00:00:00Z"
+T1 = "2030-01-01T00:00:05Z"
+MASTER_HA = "bg-master-0.bg-master.ns.svc.cluster.local:10912"
+
+
+def group(**overrides):
+    base = {"image": "habroker:test", "slaves": 2, "replicationMode": "SYNC"}
+    base.update(overrides)
+    return parse_spec("bg", "ns", base)
+
+
+def pod(broker_id, ip, ready=True, revision="r1", deleting=False):
+    name = "bg-master-0" if broker_id == 0 else f"bg-slave-{broker_id - 1}"
+    return PodInfo(
+        name=name,
+        broker_id=broker_id,
+        uid=name,
+        ip=ip,
+        ready=ready,
+        revision=revision,
+        deleting=deleting,
+    )
+
+
+def master_status(max_offset, slaves):
+    return {
+        "brokerId": 0,
+        "role": "SYNC_MASTER",
+        "maxOffset": max_offset,
+        "confirmOffset": max_offset,
+        "readPolicy": {"slaveReadEnable": False, "accessMessageInMemoryMaxRatio": 40},
+        "master": {
+            "push2SlaveMaxOffset": max(s[1] for s in slaves) if slaves else 0,
+            "connectionCount": len(slaves),
+            "inSyncSlaves": sum(1 for s in slaves if s[2]),
+            "slaves": [
+                {
+                    "address": f"{ip}:5{i}000",
+                    "ackOffset": ack,
+                    "lagBytes": max_offset - ack,
+                    "lastReportAgeMs": 100,
+                    "inSync": in_sync,
+                    "connectedSeconds": 3.0,
+                }
+                for i, (ip, ack, in_sync) in enumerate(slaves)
+            ],
+        },
+    }
+
+
+def slave_status(broker_id, max_offset, connected=True, master=MASTER_HA):
+    return {
+        "brokerId": broker_id,
+        "role": "SLAVE",
+        "maxOffset": max_offset,
+        "readPolicy": {"slaveReadEnable": False, "accessMessageInMemoryMaxRatio": 40},
+        "slave": {"masterAddress": master, "connected": connected, "maxOffset": max_offset},
+    }
+
+
+def healthy(max_offset=1000, acks=(1000, 1000), in_sync=(True, True)):
+    ips = ["10.0.0.11", "10.0.0.12"]
+    master = BrokerReport(
+        pod(0, "10.0.0.10"),
+        master_status(max_offset, list(zip(ips, acks, in_sync, strict=True))),
+    )
+    slaves = {
+        i + 1: BrokerReport(pod(i + 1, ips[i]), slave_status(i + 1, acks[i]))
+        for i in range(len(acks))
+    }
+    return Observation(master=master, slaves=slaves)
+
+
+def conditions(status):
+    return {c["type"]: c for c in status["conditions"]}
+
+
+def test_healthy_group():
+    status, events = compute_status(group(), 3, healthy(), None, T0)
+    assert status["observedGeneration"] == 3
+    assert status["phase"] == "Running"
+    assert status["inSyncSlaves"] == "2/2"
+    assert status["maxLagBytes"] == 0
+    assert status["master"] == {
+        "pod": "bg-master-0",
+        "reachable": True,
+        "address": "10.0.0.10:10911",
+        "maxOffset": 1000,
+        "confirmOffset": 1000,
+    }
+    assert status["slaves"][0] == {
+        "brokerId": 1,
+        "pod": "bg-slave-0",
+        "address": "10.0.0.11:10911",
+        "ackOffset": 1000,
+        "lagBytes": 0,
+        "connected": True,
+        "inSync": True,
+    }
+    cond = conditions(status)
+    assert cond["Ready"]["status"] == "True"
+    assert cond["Replicating"]["status"] == "True"
+    assert cond["InSync"]["status"] == "True"
+    assert cond["SpecValid"]["status"] == "True"
+    assert events == []  # nothing to report on the first status
+
+
+def test_lagging_slave_and_events():
+    first, _ = compute_status(group(), 1, healthy(), None, T0)
+    obs = healthy(max_offset=5000, acks=(5000, 1000), in_sync=(True, False))
+    second, events = compute_status(group(), 1, obs, first, T1)
+    assert second["phase"] == "Degraded"
+    assert second["inSyncSlaves"] == "1/2"
+    assert second["maxLagBytes"] == 4000
+    assert second["slaves"][1]["lagBytes"] == 4000
+    cond = conditions(second)
+    assert cond["InSync"]["status"] == "False"
+    assert cond["InSync"]["reason"] == "SlavesOutOfSync"
+    assert "brokerId 2" in cond["InSync"]["message"]
+    assert cond["InSync"]["lastTransitionTime"] == T1
+    assert cond["Ready"]["lastTransitionTime"] == T0  # unchanged condition keeps its time
+    assert [(e.type, e.reason) for e in events] == [("Warning", "SlaveOutOfSync")]
+    third, events = compute_status(
+        group(), 1, healthy(max_offset=5000, acks=(5000, 5000)), second, T1
+    )
+    assert [(e.type, e.reason) for e in events] == [("Normal", "SlaveCaughtUp")]
+    assert third["phase"] == "Running"
+
+
+def test_stopped_slave():
+    first, _ = compute_status(group(), 1, healthy(), None, T0)
+    obs = healthy()
+    # the master no longer lists slave 2 and the slave does not answer
+    obs.master.status["master"]["slaves"].pop(1)  # type: ignore[index]
+    obs.slaves[2] = BrokerReport(pod(2, "10.0.0.12", ready=False), error="connection refused")
+    second, events = compute_status(group(), 1, obs, first, T1)
+    slave = second["slaves"][1]
+    assert slave["connected"] is False and slave["inSync"] is False
+    cond = conditions(second)
+    assert cond["Replicating"]["status"] == "True"  # one slave still replicates
+    assert cond["Replicating"]["reason"] == "SlavesDisconnected"
+    assert cond["InSync"]["status"] == "False"
+    assert ("Warning", "SlaveDisconnected") in [(e.type, e.reason) for e in events]
+
+
+def test_master_unreachable_keeps_last_offset():
+    first, _ = compute_status(group(), 1, healthy(), None, T0)
+    obs = healthy()
+    obs.master = BrokerReport(pod(0, "10.0.0.10", ready=False), error="timeout")
+    second, events = compute_status(group(), 1, obs, first, T1)
+    assert second["phase"] == "Unavailable"
+    assert second["master"]["maxOffset"] == 1000
+    assert second["master"]["reachable"] is False
+    cond = conditions(second)
+    assert cond["Ready"]["reason"] == "MasterUnreachable" and "timeout" in cond["Ready"]["message"]
+    # slaves' own reports are used while the master is away
+    assert second["slaves"][0]["connected"] is True
+    assert ("Warning", "MasterUnreachable") in [(e.type, e.reason) for e in events]
+
+
+def test_nothing_running_yet():
+    obs = Observation(master=BrokerReport(None, error="pod does not exist"), slaves={})
+    status, _ = compute_status(group(), 1, obs, None, T0)
+    assert status["phase"] == "Pending"
+    assert [s["pod"] for s in status["slaves"]] == ["bg-slave-0", "bg-slave-1"]
+    assert conditions(status)["Ready"]["status"] == "False"
+
+
+def test_master_changed_event():
+    first, _ = compute_status(group(), 1, healthy(), None, T0)
+    obs = healthy()
+    obs.master = BrokerReport(pod(0, "10.0.0.99"), obs.master.status)
+    _, events = compute_status(group(), 1, obs, first, T1)
+    assert ("Normal", "MasterChanged") in [(e.type, e.reason) for e in events]
+
+
+def test_no_slaves_async():
+    g = group(replicationMode="ASYNC", slaves=0)
+    obs = Observation(master=BrokerReport(pod(0, "10.0.0.10"), master_status(10, [])), slaves={})
+    status, _ = compute_status(g, 1, obs, None, T0)
+    assert status["phase"] == "Running"
+    assert status["inSyncSlaves"] == "0/0"
+    assert conditions(status)["InSync"]["reason"] == "NoSlaves"
+
+
+def test_sync_master_without_in_sync_slave_is_not_ready():
+    obs = healthy(acks=(0, 0), in_sync=(False, False), max_offset=10**9)
+    status, _ = compute_status(group(), 1, obs, None, T0)
+    assert conditions(status)["Ready"]["reason"] == "NoInSyncSlave"
+
+
+def test_spec_error_and_rollout_phase():
+    status, _ = compute_status(
+        group(),
+        1,
+        Observation(
+            master=healthy().master,
+            slaves=healthy().slaves,
+            spec_error=("InvalidBrokerConfig", "bad"),
+        ),
+        None,
+        T0,
+    )
+    assert status["phase"] == "Invalid"
+    assert conditions(status)["SpecValid"]["reason"] == "InvalidBrokerConfig"
+    obs = healthy()
+    obs.rollout = {"pending": ["bg-slave-1"], "message": "restarting"}
+    status, _ = compute_status(group(), 1, obs, None, T0)
+    assert status["phase"] == "Updating"
+    assert status["rollout"]["pending"] == ["bg-slave-1"]
+
+
+def test_status_patch_only_on_change():
+    status, _ = compute_status(group(), 1, healthy(), None, T0)
+    again, _ = compute_status(group(), 1, healthy(), status, T1)
+    assert status_patch(status, again) == {}
+    moved, _ = compute_status(group(), 1, healthy(max_offset=2000, acks=(2000, 2000)), status, T1)
+    patch = status_patch(status, moved)
+    assert set(patch) == {"master", "slaves"}
+    obs = healthy()
+    obs.rollout = {"pending": ["x"], "message": "m"}
+    rolling, _ = compute_status(group(), 1, obs, None, T0)
+    assert status_patch(rolling, status)["rollout"] is None
+
+
+def test_duplicate_master_entries_take_the_latest_report():
+    obs = healthy()
+    entries = obs.master.status["master"]["slaves"]  # type: ignore[index]
+    entries.append(
+        {"address": "10.0.0.11:60000", "ackOffset": 10, "lastReportAgeMs": 9000, "inSync": False}
+    )
+    status, _ = compute_status(group(), 1, obs, None, T0)
+    assert status["slaves"][0]["ackOffset"] == 1000
+
+
+# -- policy --------------------------------------------------------------------------------
+def entries(*lags, in_sync=None):
+    in_sync = in_sync or [True] * len(lags)
+    return [
+        {"brokerId": i + 1, "lagBytes": lag, "connected": True, "inSync": ok}
+        for i, (lag, ok) in enumerate(zip(lags, in_sync, strict=True))
+    ]
+
+
+def test_auto_picks_most_caught_up_in_sync_slave():
+    policy = group().read_policy
+    assert choose_read_broker(policy, entries(500, 10, 0), None)[0] == 3
+    assert (
+        choose_read_broker(policy, entries(500, 10, 0, in_sync=[True, True, False]), None)[0] == 2
+    )
+    assert choose_read_broker(policy, entries(5, 5), None)[0] == 1  # tie: lowest brokerId
+
+
+def test_auto_hysteresis_and_following():
+    policy = group().read_policy
+    # current choice within the hysteresis of the best: kept
+    assert choose_read_broker(policy, entries(100, 0), 1, hysteresis_bytes=1000)[0] == 1
+    # far behind: switch
+    assert choose_read_broker(policy, entries(10_000, 0), 1, hysteresis_bytes=1000)[0] == 2
+    # current fell out of sync: switch
+    assert choose_read_broker(policy, entries(0, 0, in_sync=[False, True]), 1)[0] == 2
+
+
+def test_auto_without_in_sync_slave_uses_master():
+    policy = group().read_policy
+    which, why = choose_read_broker(policy, entries(1, 1, in_sync=[False, False]), 2)
+    assert which == 0 and "master" in why
+
+
+def test_fixed_policy():
+    policy = group(readPolicy={"whichBrokerWhenConsumeSlowly": 2}).read_policy
+    assert choose_read_broker(policy, entries(0, 10**9, in_sync=[True, False]), 1)[0] == 2
+
+
+def test_config_patch_and_group_updates():
+    policy = group(
+        readPolicy={"slaveReadEnable": True, "accessMessageInMemoryMaxRatio": 30}
+    ).read_policy
+    desired = desired_config(policy)
+    have = {"readPolicy": {"slaveReadEnable": False, "accessMessageInMemoryMaxRatio": 30}}
+    assert config_patch(desired, have) == {"slaveReadEnable": True}
+    assert config_patch(desired, {"readPolicy": desired}) == {}
+    assert config_patch(desired, None) == {}
+    groups = {
+        "g1": {
+            "groupName": "g1",
+            "brokerId": 0,
+            "whichBrokerWhenConsumeSlowly": 1,
+            "consumeEnable": True,
+        },
+        "g2": {"groupName": "g2", "whichBrokerWhenConsumeSlowly": 2},
+    }
+    assert subscription_group_updates(2, groups) == {
+        "g1": {"brokerId": 0, "whichBrokerWhenConsumeSlowly": 2, "consumeEnable": True}
+    }
+
+
+# -- wiring --------------------------------------------------------------------------------
+def test_rewire_only_slaves_pointing_elsewhere_or_stranded():
+    g = group()
+    target = master_target(g, "dns", "10.0.0.10", "cluster.local")
+    assert target is not None and target.ha_address == MASTER_HA
+    assert target.http_address == MASTER_HA.replace("10912", "10911")
+    slaves = {
+        1: BrokerReport(pod(1, "10.0.0.11"), slave_status(1, 0)),
+        2: BrokerReport(pod(2, "10.0.0.12"), slave_status(2, 0, master="old:10912")),
+        3: BrokerReport(pod(3, "10.0.0.13"), error="down"),
+    }
+    assert list(rewire_plan(target, slaves, master_moved=False)) == [2]
+    slaves[1] = BrokerReport(pod(1, "10.0.0.11"), slave_status(1, 0, connected=False))
+    assert list(rewire_plan(target, slaves, master_moved=True)) == [1, 2]
+    body = rewire_plan(target, slaves, master_moved=False)[2]
+    assert body == {"haMasterAddress": MASTER_HA, "masterHttpAddress": target.http_address}
+
+
+def test_pod_ip_wiring_follows_the_master_pod():
+    g = group()
+    assert master_target(g, "pod-ip", None, "cluster.local") is None
+    target = master_target(g, "pod-ip", "10.0.0.10", "cluster.local")
+    assert target is not None and target.ha_address == "10.0.0.10:10912"
+    slaves = {1: BrokerReport(pod(1, "10.0.0.11"), slave_status(1, 0, master=MASTER_HA))}
+    assert (
+        rewire_plan(target, slaves, master_moved=False)[1]["haMasterAddress"] == "10.0.0.10:10912"
+    )
+
+
+# -- rolling -------------------------------------------------------------------------------
+MSTS = StsInfo("bg-master", generation=2, observed_generation=2, update_revision="r2", replicas=1)
+SSTS = StsInfo("bg-slave", generation=2, observed_generation=2, update_revision="r2", replicas=2)
+IN_SYNC = entries(0, 0)
+
+
+def test_roll_slaves_first_highest_id_first():
+    pods_m = [pod(0, "a", revision="r1")]
+    pods_s = [pod(1, "b", revision="r1"), pod(2, "c", revision="r1")]
+    decision = plan_roll(pods_m, pods_s, MSTS, SSTS, IN_SYNC, 2)
+    assert decision.delete == "bg-slave-1"
+    assert decision.pending == ["bg-slave-1", "bg-slave-0", "bg-master-0"]
+
+
+def test_roll_waits_for_ready_pods():
+    pods_m = [pod(0, "a", revision="r1")]
+    pods_s = [pod(1, "b", revision="r1"), pod(2, "c", revision="r2", ready=False)]
+    decision = plan_roll(pods_m, pods_s, MSTS, SSTS, IN_SYNC, 2)
+    assert decision.delete is None and "bg-slave-1" in decision.message
+
+
+def test_roll_master_only_while_a_slave_is_in_sync():
+    pods_m = [pod(0, "a", revision="r1")]
+    pods_s = [pod(1, "b", revision="r2"), pod(2, "c", revision="r2")]
+    assert plan_roll(pods_m, pods_s, MSTS, SSTS, IN_SYNC, 2).delete == "bg-master-0"
+    stuck = plan_roll(pods_m, pods_s, MSTS, SSTS, entries(0, 0, in_sync=[False, False]), 2)
+    assert stuck.delete is None and "in sync" in stuck.message
+    assert stuck.as_status() == {"pending": ["bg-master-0"], "message": stuck.message}
+
+
+def test_roll_master_without_slaves_and_nothing_to_do():
+    assert plan_roll([pod(0, "a", revision="r1")], [], MSTS, SSTS, [], 0).delete == "bg-master-0"
+    done = plan_roll(
+        [pod(0, "a", revision="r2")], [pod(1, "b", revision="r2")], MSTS, SSTS, IN_SYNC, 1
+    )
+    assert done.delete is None and done.as_status() is None
+
+
+def test_roll_waits_for_statefulset_to_observe_spec():
+    stale = StsInfo("bg-slave", generation=3, observed_generation=2, update_revision="r2")
+    decision = plan_roll([pod(0, "a", revision="r1")], [], MSTS, stale, [], 0)
+    assert decision.delete is None and "observe" in decision.message
