@@ -40,6 +40,7 @@ READ_OPTIONS = (
     "timeoutMs",
 )
 WRITE_OPTIONS = ("endpoints", "topic", "batchSize", "batchBytes", "timeoutMs")
+_SPARKS_OWN = ("checkpointlocation",)  # Spark adds these to a streaming query's options
 _STREAM_ONLY = ("maxOffsetsPerTrigger",)
 _BATCH_ONLY = ("endingOffsets",)
 
@@ -77,7 +78,7 @@ class _Options:
     def __init__(self, raw: Mapping[str, str], known: tuple[str, ...], kind: str) -> None:
         self.values = {str(k).lower(): str(v) for k, v in raw.items()}
         by_lower = {name.lower(): name for name in known}
-        unknown = sorted(set(self.values) - set(by_lower))
+        unknown = sorted(set(self.values) - set(by_lower) - set(_SPARKS_OWN))
         if unknown:
             hints = []
             for key in unknown:

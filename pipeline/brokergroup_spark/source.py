@@ -54,14 +54,23 @@ class BrokerGroupDataSource(DataSource):
         return StreamReader(parse_read_options(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
+        _append_only(overwrite)
         options = parse_write_options(self.options)
         check_input_schema(schema, options)
         return BatchWriter(options, schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:
+        _append_only(overwrite)
         options = parse_write_options(self.options)
         check_input_schema(schema, options)
         return StreamWriter(options, schema)
+
+
+def _append_only(overwrite: bool) -> None:
+    if overwrite:
+        raise OptionError(
+            "a topic is append-only: its messages cannot be replaced (use mode append)"
+        )
 
 
 def read_partition(options: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:

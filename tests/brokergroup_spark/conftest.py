@@ -77,15 +77,22 @@ def message(topic: str, queue: int, index: int, size: int = 50) -> OutgoingMessa
 
 
 def produce(
-    group: LocalGroup, topic: str, queues: int, per_queue: int, *, first: int = 0, size: int = 50
+    group: LocalGroup,
+    topic: str,
+    queues: int,
+    per_queue: int,
+    *,
+    first: int = 0,
+    size: int = 50,
+    chunk: int = 500,
 ) -> None:
     """``per_queue`` messages into each queue (creating the topic), replicated to the slave."""
     with Producer(group.master.address) as producer:
         if first == 0:
             producer.create_topic(topic, queues)
         for queue in range(queues):
-            for start in range(first, first + per_queue, 500):
-                stop = min(start + 500, first + per_queue)
+            for start in range(first, first + per_queue, chunk):
+                stop = min(start + chunk, first + per_queue)
                 producer.send_batch(
                     topic,
                     [message(topic, queue, i, size) for i in range(start, stop)],
