@@ -14,11 +14,13 @@ import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 from habroker.client import BrokerAPIError, BrokerConnection
 from habroker.client._protocol import error_from, offset_path, pull_path
 
 from brokergroup_spark.plan import Queue
+from brokergroup_spark.prefetch import ahead
 from brokergroup_spark.records import decode
 
 log = logging.getLogger("brokergroup_spark")
@@ -134,8 +136,67 @@ class Group:
         batch: int = 1024,
         group: str | None = None,
         fail_on_data_loss: bool = True,
+        prefetch: bool = True,
+        coalesce_rows: int = 8192,
+        coalesce_bytes: int = 8 << 20,
     ) -> Iterator[pa.RecordBatch]:
-        """Arrow batches of queue offsets ``[start, end)``, one per pull response."""
+        """Arrow batches of queue offsets ``[start, end)``.
+
+        With ``prefetch`` the pulls run ahead in a thread, so the broker prepares the next
+        response while this one is decoded (socket waits release the GIL). Consecutive
+        responses from the same broker are decoded together, up to ``coalesce_rows`` rows or
+        ``coalesce_bytes`` bytes: per-batch costs (numpy/Arrow calls here, batch handling in
+        Spark's JVM) shrink with fewer, larger batches.
+        """
+        where = f"{topic}/{queue}"
+        pulls = self._pulls(topic, queue, start, end, batch, group, fail_on_data_loss)
+        pending: list[Pull] = []
+        first = start
+        size = count = 0
+        for offset, pull in ahead(pulls, depth=4) if prefetch else pulls:
+            if pending and pull.served_by != pending[0].served_by:
+                yield self._decode(where, topic, pending, first, end, fail_on_data_loss)
+                pending, size, count = [], 0, 0
+            if not pending:
+                first = offset
+            pending.append(pull)
+            size += len(pull.body)
+            count += pull.next_offset - offset
+            if count >= coalesce_rows or size >= coalesce_bytes:
+                yield self._decode(where, topic, pending, first, end, fail_on_data_loss)
+                pending, size, count = [], 0, 0
+        if pending:
+            yield self._decode(where, topic, pending, first, end, fail_on_data_loss)
+
+    @staticmethod
+    def _decode(
+        where: str, topic: str, pulls: list[Pull], first: int, end: int, fail: bool
+    ) -> pa.RecordBatch:
+        body = pulls[0].body if len(pulls) == 1 else b"".join(p.body for p in pulls)
+        rows = decode(body, topic=topic, broker_id=pulls[0].served_by, limit=end - first)
+        offsets = np.asarray(rows.column("queueOffset"))
+        expected = first + np.arange(len(offsets))
+        if not np.array_equal(offsets, expected):
+            # Queue offsets are dense: a hole is a message the broker no longer has.
+            have = set(offsets.tolist())
+            stop = int(offsets[-1]) if len(offsets) else pulls[-1].next_offset
+            missing = [o for o in range(first, stop) if o not in have]
+            for lo, hi in _runs(missing):
+                _lost(where, lo, hi + 1, fail, "the broker no longer has them")
+        return rows
+
+    def _pulls(
+        self,
+        topic: str,
+        queue: int,
+        start: int,
+        end: int,
+        batch: int,
+        group: str | None,
+        fail_on_data_loss: bool,
+    ) -> Iterator[tuple[int, Pull]]:
+        """The FOUND responses covering ``[start, end)`` with the offset each was asked for,
+        following the broker's suggestions and handling every other status."""
         offset = start
         broker = MASTER
         where = f"{topic}/{queue}"
@@ -154,18 +215,12 @@ class Group:
                 broker = MASTER  # a slave that is behind or refuses reads: ask the master
                 continue
             if pull.status == FOUND:
-                rows = decode(pull.body, topic=topic, broker_id=pull.served_by, limit=end - offset)
-                first = rows.column("queueOffset")[0].as_py() if rows.num_rows else offset
-                if first > offset:
-                    _lost(
-                        where, offset, first, fail_on_data_loss, "they were skipped by the broker"
-                    )
                 if pull.next_offset <= offset:
                     raise RuntimeError(
                         f"{where}: broker {pull.served_by} answered offset {offset} with "
                         f"nextBeginOffset {pull.next_offset}"
                     )
-                yield rows
+                yield offset, pull
                 offset = pull.next_offset
                 broker = pull.suggested if pull.suggested in self.brokers else MASTER
             elif pull.status == TOO_SMALL or pull.next_offset > offset:
@@ -182,6 +237,19 @@ class Group:
                     f"the master answers {pull.status} (maxOffset {pull.max_offset})",
                 )
                 return
+
+
+def _runs(values: list[int]) -> Iterator[tuple[int, int]]:
+    """Sorted integers as (first, last) runs of consecutive values."""
+    start = prev = None
+    for value in values:
+        if start is None or prev is None or value != prev + 1:
+            if start is not None and prev is not None:
+                yield start, prev
+            start = value
+        prev = value
+    if start is not None and prev is not None:
+        yield start, prev
 
 
 def _lost(where: str, first: int, stop: int, fail: bool, why: str) -> None:
