@@ -13,6 +13,7 @@ import json
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -72,23 +73,40 @@ class Group:
         self.close()
 
     # -- metadata ----------------------------------------------------------------------------
-    def queue_counts(self, topics: tuple[str, ...]) -> dict[str, int]:
-        table = self._conn(MASTER).json("GET", "/v1/topics")["topicConfigTable"]
+    def _topic_table(self) -> tuple[int, dict[str, Any]]:
+        """The topic table from the master, or from a slave (its copy) if the master is down."""
+        errors = []
+        for broker_id in sorted(self.brokers):  # the master (0) first
+            try:
+                table = self._conn(broker_id).json("GET", "/v1/topics")["topicConfigTable"]
+            except OSError as exc:
+                errors.append(f"{broker_id}={self.brokers[broker_id]}: {exc}")
+                continue
+            if broker_id != MASTER:
+                log.warning("master unreachable (%s); planning from broker %d", errors, broker_id)
+            return broker_id, table
+        raise ConnectionError("no broker of the group answers: " + "; ".join(errors))
+
+    def queue_counts(self, topics: tuple[str, ...]) -> tuple[int, dict[str, int]]:
+        """Read queues per topic, and the broker that said so."""
+        broker_id, table = self._topic_table()
         missing = [t for t in topics if t not in table]
         if missing:
             raise BrokerAPIError(
                 404,
                 "unknown_topic",
-                f"topic(s) {', '.join(missing)} do not exist on the master {self.brokers[MASTER]}",
+                f"topic(s) {', '.join(missing)} do not exist on broker {broker_id} "
+                f"({self.brokers[broker_id]})",
             )
-        return {t: int(table[t]["readQueueNums"]) for t in topics}
+        return broker_id, {t: int(table[t]["readQueueNums"]) for t in topics}
 
     def bounds(self, topics: tuple[str, ...]) -> dict[Queue, tuple[int, int]]:
-        """(minOffset, maxOffset) of every read queue, as the master sees them."""
+        """(minOffset, maxOffset) of every read queue, as the master (else a slave) sees them."""
+        broker_id, counts = self.queue_counts(topics)
         out: dict[Queue, tuple[int, int]] = {}
-        for topic, count in self.queue_counts(topics).items():
+        for topic, count in counts.items():
             for queue in range(count):
-                pull = self.pull(MASTER, topic, queue, _PROBE, 1, None)
+                pull = self.pull(broker_id, topic, queue, _PROBE, 1, None)
                 out[(topic, queue)] = (pull.min_offset, pull.max_offset)
         return out
 
@@ -199,19 +217,22 @@ class Group:
         following the broker's suggestions and handling every other status."""
         offset = start
         broker = MASTER
+        down: set[int] = set()  # brokers that could not be reached during this range
         where = f"{topic}/{queue}"
         while offset < end:
             try:
                 pull = self.pull(broker, topic, queue, offset, min(batch, end - offset), group)
             except OSError as exc:
-                if broker == MASTER:
+                down.add(broker)
+                alive = [b for b in sorted(self.brokers) if b not in down]  # the master first
+                if not alive:
                     raise
                 log.warning(
-                    "%s: broker %d unreachable (%s); pulling from the master", where, broker, exc
+                    "%s: broker %d unreachable (%s); trying %d", where, broker, exc, alive[0]
                 )
-                broker = MASTER
+                broker = alive[0]
                 continue
-            if pull.status != FOUND and broker != MASTER:
+            if pull.status != FOUND and broker != MASTER and MASTER not in down:
                 broker = MASTER  # a slave that is behind or refuses reads: ask the master
                 continue
             if pull.status == FOUND:
@@ -222,12 +243,19 @@ class Group:
                     )
                 yield offset, pull
                 offset = pull.next_offset
-                broker = pull.suggested if pull.suggested in self.brokers else MASTER
+                nxt = pull.suggested if pull.suggested in self.brokers else MASTER
+                if nxt not in down:
+                    broker = nxt
             elif pull.status == TOO_SMALL or pull.next_offset > offset:
                 # Below the queue's minimum (retention removed it) or units skipped.
                 resume = max(pull.min_offset, pull.next_offset, offset + 1)
                 _lost(where, offset, min(resume, end), fail_on_data_loss, "retention removed them")
                 offset = resume
+            elif broker != MASTER:
+                raise ConnectionError(
+                    f"{where}: the master is unreachable and broker {broker} has offsets only up "
+                    f"to {pull.max_offset} (needed up to {end}); retry once the master is back"
+                )
             else:
                 _lost(
                     where,

@@ -7,10 +7,12 @@ below hold only parsed options, and connections are opened inside ``read()``/``w
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
+from habroker.client import BrokerAPIError
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -35,6 +37,8 @@ from brokergroup_spark.options import (
 )
 from brokergroup_spark.schema import SPARK_SCHEMA
 from brokergroup_spark.writer import BatchWriter, StreamWriter, check_input_schema
+
+log = logging.getLogger("brokergroup_spark")
 
 
 class BrokerGroupDataSource(DataSource):
@@ -179,8 +183,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_partition(self.options, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
+        """Report progress to the broker: informational (the checkpoint is the truth), so a
+        broker that cannot take it costs a warning, never the query."""
         if self.options.consumer_group:
-            self.group.commit(self.options.consumer_group, plan.from_json(end))
+            try:
+                self.group.commit(self.options.consumer_group, plan.from_json(end))
+            except (OSError, BrokerAPIError) as exc:
+                log.warning(
+                    "reporting offsets of group %s failed: %s", self.options.consumer_group, exc
+                )
 
     def stop(self) -> None:
         if self._group is not None:

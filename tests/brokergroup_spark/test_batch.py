@@ -2,8 +2,10 @@
 
 import pytest
 from brokergroup_spark.group import Group
+from habroker.client.sync import BrokerConnection
+from habroker.local import LocalGroup
 
-from tests.brokergroup_spark.conftest import message, produce, read
+from tests.brokergroup_spark.conftest import message, produce, read, wait_for
 
 
 def test_batch_read_returns_the_known_data_set(spark, group):
@@ -110,3 +112,27 @@ def test_bad_options_fail_the_query_with_the_message(
 def test_unknown_topic_is_reported(spark, group):
     with pytest.raises(Exception, match="do not exist"):
         read(spark, group, "no-such-topic").count()
+
+
+def test_reads_fall_back_to_the_slave_when_the_master_is_down(spark, tmp_path):
+    group = LocalGroup(tmp_path / "g", slaveReadEnable=True, metaSyncInterval=200).start()
+    try:
+        produce(group, "failover", queues=2, per_queue=100)
+        wait_for(
+            lambda: (
+                "failover"
+                in BrokerConnection(group.slaves[0].address).json("GET", "/v1/topics")[
+                    "topicConfigTable"
+                ]
+            ),
+            what="topic copied to the slave",
+        )
+        group.master.stop()
+        rows = read(spark, group, "failover").select("queueId", "queueOffset", "brokerId")
+        got = rows.collect()
+        assert {r.brokerId for r in got} == {1}
+        assert sorted((r.queueId, r.queueOffset) for r in got) == [
+            (q, i) for q in range(2) for i in range(100)
+        ]
+    finally:
+        group.stop()
