@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PACKAGES := $(wildcard broker_image/habroker operator/brokergroup_operator pipeline/brokergroup_spark)
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup lint unit test bench demo clean
+.PHONY: help setup lint unit test bench bench-setup demo clean
 
 help:  ## list the targets
 	@grep -hE '^[a-z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
@@ -29,11 +29,19 @@ unit: setup  ## unit and integration tests (real brokers on 127.0.0.1)
 
 test: lint unit  ## everything CI runs
 
-bench: setup  ## benchmarks; results land in bench/results/
-	$(PY) -m bench.run
+bench: setup bench-setup  ## benchmarks vs Redis and the machine's limits: bench/results/, docs/benchmarks.md
+	$(PY) -m bench.run $(BENCH_ARGS)
+
+bench-setup:  ## install the benchmark peer (Debian's redis-server) if missing
+	bash bench/setup_redis.sh
 
 demo: setup  ## the main job: a master + slave group on 127.0.0.1, produce and consume
 	$(PY) -m habroker.demo
 
 clean:  ## remove the virtualenv and caches (not the cluster)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+
+# End-to-end: a real single-node cluster (see docs/e2e.md). `make e2e` runs the suite;
+# cluster-up / images / cluster-down for working against a running cluster.
+include e2e/e2e.mk
+e2e: setup

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from habroker import __version__
 from habroker.config import BrokerConfig, BrokerRole, FlushDiskType, parse_host_port
@@ -80,6 +80,8 @@ class BrokerController:
         self.started_at = time.monotonic()
         self.ready = False
         self._round_robin: dict[str, int] = {}
+        # HA peer address -> (brokerId, listen address), as slaves announce over HTTP
+        self.slave_identities: dict[str, tuple[int, str]] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -349,6 +351,25 @@ class BrokerController:
         host, _ = parse_host_port(ha_address, key="haMasterAddress")
         return f"{host}:{self.config.listenPort}"
 
+    def note_slave_identity(self, ha_address: str, broker_id: int, listen_address: str) -> None:
+        """A slave said which HA connection is its own (see SlaveSynchronize)."""
+        if self.slave_identities.get(ha_address) != (broker_id, listen_address):
+            live = (
+                {row["address"] for row in self._slave_rows(self.ha_service.status())}
+                if self.ha_service
+                else set()
+            )
+            # forget connections that are gone, so the table stays the size of the group
+            self.slave_identities = {k: v for k, v in self.slave_identities.items() if k in live}
+            self.slave_identities[ha_address] = (broker_id, listen_address)
+            log.info(
+                "slave brokerId=%d (%s) is HA connection %s", broker_id, listen_address, ha_address
+            )
+
+    @staticmethod
+    def _slave_rows(master_status: dict[str, object]) -> list[dict[str, Any]]:
+        return cast(list[dict[str, Any]], master_status["slaves"])
+
     # -- status ----------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         cfg = self.config
@@ -376,7 +397,12 @@ class BrokerController:
             "uptimeSeconds": round(time.monotonic() - self.started_at, 3),
         }
         if self.ha_service is not None:
-            out["master"] = self.ha_service.status()
+            master = self.ha_service.status()
+            for row in self._slave_rows(master):
+                broker_id, listen = self.slave_identities.get(row["address"], (None, None))
+                row["brokerId"] = broker_id
+                row["listenAddress"] = listen
+            out["master"] = master
         if self.ha_client is not None:
             slave = dict(self.ha_client.status())
             slave["metadata"] = self.slave_sync.status() if self.slave_sync else None

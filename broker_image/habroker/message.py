@@ -84,6 +84,8 @@ _I16 = struct.Struct(">h")
 _I8 = struct.Struct(">b")
 # RECONSUMETIMES PREPAREDTRANSACTIONOFFSET BODYLENGTH
 _TAIL = struct.Struct(">iqi")
+# TOTALSIZE .. BODYLENGTH of a record with IPv4 born and store hosts (hosts skipped)
+_FIXED_V4 = struct.Struct(">iiiiiqqiq8xq8x12xi")
 
 
 def record_length(
@@ -443,8 +445,6 @@ class DispatchRequest:
 
 
 _topic_cache: dict[bytes, str] = {}
-_FAIL: tuple[None, int] = (None, -1)
-_BLANK: tuple[None, int] = (None, 0)
 
 
 def check_record(
@@ -457,61 +457,95 @@ def check_record(
     when the size disagrees with the fields.  ``buf`` ends at the readable end (a partial
     record at the tail is -1).  The body is never copied.
     """
-    left = len(buf) - pos
-    if left < 8:
-        return _FAIL
-    total, magic = _SIZE_MAGIC.unpack_from(buf, pos)
+    parsed = parse_record(buf, pos, check_crc)
+    if isinstance(parsed, int):
+        return None, parsed
+    return DispatchRequest(*parsed), parsed[3]
+
+
+# topic, queue_id, commit_log_offset, size, tags_code, store_timestamp, queue_offset, sys_flag
+DispatchTuple = tuple[str, int, int, int, int, int, int, int]
+
+
+def parse_record(
+    buf: bytes | bytearray | memoryview, pos: int, check_crc: bool
+) -> DispatchTuple | int:
+    """check_record without the object: the DispatchRequest fields as a tuple for a valid
+    record, else the size outcome (0 BLANK, -1 failure, TOTALSIZE on a length mismatch).
+    The dispatcher's hot loop uses this form."""
+    n = len(buf)
+    left = n - pos
+    if left >= 88:
+        # one unpack covers the fixed part of a V1/V2 record with IPv4 hosts (the usual case)
+        (
+            total,
+            magic,
+            crc,
+            queue_id,
+            _flag,
+            queue_offset,
+            phys,
+            sys_flag,
+            _born,
+            store_ts,
+            body_len,
+        ) = _FIXED_V4.unpack_from(buf, pos)
+    elif left >= 8:
+        total, magic = _SIZE_MAGIC.unpack_from(buf, pos)
+        sys_flag = -1
+    else:
+        return -1
     if magic == MAGIC_V1:
         tl = 1
     elif magic == BLANK_MAGIC:
-        return _BLANK
+        return 0
     elif magic == MAGIC_V2:
         tl = 2
     else:
-        return _FAIL
+        return -1
     if total < MIN_RECORD_SIZE or total > left:
-        return _FAIL
-    crc, queue_id, _flag, queue_offset, phys, sys_flag, _born = _MIDDLE.unpack_from(buf, pos + 8)
-    p = pos + (68 if sys_flag & BORNHOST_V6_FLAG else 56)
-    store_ts = _I64.unpack_from(buf, p)[0]
-    p += 40 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 28
-    body_len = _I32.unpack_from(buf, p)[0]
-    p += 4
-    end = pos + total
-    if body_len > 0:
-        if p + body_len > end:
-            return None, total if p + body_len <= len(buf) else -1
-        if check_crc and zlib.crc32(buf[p : p + body_len]) & 0x7FFFFFFF != crc:
-            return _FAIL
-        p += body_len
-    if p + tl + 2 > len(buf):
-        return _FAIL
-    if tl == 1:
-        topic_len = buf[p]
-        if topic_len > 127:
-            return _FAIL  # a negative signed byte: Java fails reading it
+        return -1
+    if sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG):  # IPv6 host(s): general path
+        try:
+            crc, queue_id, _flag, queue_offset, phys, sys_flag, _born = _MIDDLE.unpack_from(
+                buf, pos + 8
+            )
+            p = pos + (68 if sys_flag & BORNHOST_V6_FLAG else 56)
+            store_ts = _I64.unpack_from(buf, p)[0]
+            p += 40 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 28
+            body_len = _I32.unpack_from(buf, p)[0]
+            p += 4
+        except struct.error:
+            return -1
     else:
-        topic_len = _I16.unpack_from(buf, p)[0]
-        if topic_len < 0:
-            return _FAIL
-    p += tl
-    raw_topic = bytes(buf[p : p + topic_len])
-    p += topic_len
-    if p + 2 > len(buf):
-        return _FAIL
-    props_len = _I16.unpack_from(buf, p)[0]
-    p += 2
-    expected = (
-        74
-        + tl
-        + (20 if sys_flag & BORNHOST_V6_FLAG else 8)
-        + (20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8)
-        + max(body_len, 0)
-        + topic_len
-        + max(props_len, 0)
-    )
-    if expected != total:
-        return None, total
+        p = pos + 88
+    if body_len > 0:
+        if p + body_len > pos + total:
+            return total if p + body_len <= n else -1
+        if check_crc and zlib.crc32(buf[p : p + body_len]) & 0x7FFFFFFF != crc:
+            return -1
+        p += body_len
+    end = pos + total
+    if p + tl + 2 > end:
+        return total if p + tl + 2 <= n else -1
+    tail = bytes(buf[p:end])  # topic length, topic, properties length, properties
+    if tl == 1:
+        topic_len = tail[0]
+        if topic_len > 127:
+            return -1  # a negative signed byte: Java fails reading it
+    else:
+        topic_len = (tail[0] << 8) | tail[1]
+        if topic_len > 32767:
+            return -1
+    q = tl + topic_len
+    if q + 2 > len(tail):
+        return int(total)
+    props_len = (tail[q] << 8) | tail[q + 1]
+    if props_len > 32767:
+        props_len -= 65536
+    if q + 2 + (props_len if props_len > 0 else 0) != len(tail):
+        return int(total)
+    raw_topic = tail[tl:q]
     topic = _topic_cache.get(raw_topic)
     if topic is None:
         topic = raw_topic.decode("utf-8", "replace")
@@ -520,13 +554,16 @@ def check_record(
         _topic_cache[raw_topic] = topic
     code = 0
     if props_len > 0:
-        props = bytes(buf[p : p + props_len])
-        if b"TAGS\x01" in props:
-            tags = find_property(props, b"TAGS")
+        props = tail[q + 2 :]
+        i = props.find(b"TAGS\x01")
+        if i >= 0:
+            if (i == 0 or props[i - 1] == 2) and props.find(b"TAGS\x01", i + 5) < 0:
+                stop = props.find(b"\x02", i + 5)
+                tags: bytes | None = props[i + 5 : stop] if stop >= 0 else props[i + 5 :]
+            else:
+                tags = find_property(props, b"TAGS")
             if tags:
                 code = _tags_code_utf8(tags)
         if topic == SCHEDULE_TOPIC and b"DELAY\x01" in props:
             code = _delay_tags_code(props, store_ts)
-    return DispatchRequest(
-        topic, queue_id, phys, total, code, store_ts, queue_offset, sys_flag
-    ), total
+    return topic, queue_id, phys, total, code, store_ts, queue_offset, sys_flag

@@ -19,7 +19,8 @@ from habroker.config import ConfigError
 from habroker.message import decode_records
 from habroker.metadata import MetadataError
 from habroker.metrics import Exposition
-from habroker.store import BatchEntry, StoreError
+from habroker.slave_sync import SLAVE_HA_HEADER, SLAVE_ID_HEADER, SLAVE_LISTEN_HEADER
+from habroker.store import StoreError
 from habroker.wire import BATCH_CONTENT_TYPE, RECORDS_CONTENT_TYPE, BadBatch, decode_batch
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,7 @@ def store_error_code(exc: StoreError) -> tuple[str, int]:
         "MessageTooLarge": ("message_too_large", 413),
         "PropertiesTooLarge": ("properties_too_large", 400),
         "StoreNotWritable": ("store_not_writable", 503),
+        "InvalidTopic": ("bad_topic", 400),
     }.get(name, ("store_error", 500))
 
 
@@ -154,8 +156,7 @@ async def produce(request: web.Request) -> web.Response:
         )
     queue_id = _int_param(request, "queueId", -1, lo=-1)
     data = await request.read()
-    entries = [BatchEntry(e.flag, e.body, e.properties) for e in decode_batch(data)]
-    result, queue_id = await broker.produce(topic, queue_id, entries, _peer(request))
+    result, queue_id = await broker.produce(topic, queue_id, decode_batch(data), _peer(request))
     return web.json_response(
         {
             "status": result.status.value,
@@ -248,7 +249,17 @@ async def create_topic(request: web.Request) -> web.Response:
     )
 
 
+def _note_slave(request: web.Request) -> None:
+    """Metadata copies carry the slave's identity; record it for the master's status."""
+    ha = request.headers.get(SLAVE_HA_HEADER)
+    raw_id = request.headers.get(SLAVE_ID_HEADER, "")
+    broker = request.app[BROKER_KEY]
+    if ha and raw_id.isdigit() and not broker.is_slave:
+        broker.note_slave_identity(ha, int(raw_id), request.headers.get(SLAVE_LISTEN_HEADER, ""))
+
+
 async def list_topics(request: web.Request) -> web.Response:
+    _note_slave(request)
     return web.json_response(request.app[BROKER_KEY].topics.to_json())
 
 

@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+SLAVE_ID_HEADER = "X-Habroker-Slave-Id"
+SLAVE_LISTEN_HEADER = "X-Habroker-Slave-Listen-Address"
+SLAVE_HA_HEADER = "X-Habroker-Slave-Ha-Address"
+
 
 class SlaveSynchronize:
     def __init__(self, broker: BrokerController, interval: float) -> None:
@@ -49,10 +53,34 @@ class SlaveSynchronize:
         timeout = aiohttp.ClientTimeout(total=max(2.0, min(10.0, self.interval)))
         async with aiohttp.ClientSession(timeout=timeout) as session:
             while True:
+                announced = self._ha_local_address()
                 await self.sync_all(session)
                 self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self.interval)
+                deadline = time.monotonic() + self.interval
+                # wake early when the HA connection (re)connects, so the master learns which
+                # connection is ours (brokerId, listen address) within a second, not a round
+                while (left := deadline - time.monotonic()) > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), min(left, 1.0))
+                    if self._wake.is_set() or self._ha_local_address() != announced:
+                        break
+
+    def _ha_local_address(self) -> str | None:
+        client = self.broker.ha_client
+        return client.local_address if client is not None else None
+
+    def identity_headers(self) -> dict[str, str]:
+        """Who this slave is, for the master's status: the classic HA protocol carries only
+        offsets, so the slave names its HA connection's local address over HTTP."""
+        cfg = self.broker.config
+        headers = {
+            SLAVE_ID_HEADER: str(cfg.brokerId),
+            SLAVE_LISTEN_HEADER: f"{cfg.brokerIP1}:{cfg.listenPort}",
+        }
+        local = self._ha_local_address()
+        if local:
+            headers[SLAVE_HA_HEADER] = local
+        return headers
 
     async def sync_all(self, session: aiohttp.ClientSession) -> bool:
         master = self.broker.master_http_address
@@ -94,9 +122,8 @@ class SlaveSynchronize:
         self.syncs += 1
         return True
 
-    @staticmethod
-    async def _get(session: aiohttp.ClientSession, url: str) -> Any:
-        async with session.get(url) as resp:
+    async def _get(self, session: aiohttp.ClientSession, url: str) -> Any:
+        async with session.get(url, headers=self.identity_headers()) as resp:
             if resp.status != 200:
                 raise ValueError(f"GET {url} answered {resp.status}")
             return await resp.json()

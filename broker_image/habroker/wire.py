@@ -11,6 +11,8 @@ import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from habroker.store.values import BatchEntry
+
 BATCH_CONTENT_TYPE = "application/vnd.rocketmq.batch"
 RECORDS_CONTENT_TYPE = "application/vnd.rocketmq.records"
 
@@ -87,50 +89,45 @@ def encode_batch(messages: Iterable[OutgoingMessage | bytes]) -> bytes:
     return b"".join(parts)
 
 
-@dataclass(slots=True)
-class DecodedEntry:
-    flag: int
-    body: memoryview
-    properties: bytes
+DecodedEntry = BatchEntry  # what the store appends: (flag, body view, encoded properties)
 
 
-def decode_batch(data: bytes | memoryview, *, max_entries: int = 4096) -> list[DecodedEntry]:
+def decode_batch(data: bytes | memoryview, *, max_entries: int = 4096) -> list[BatchEntry]:
     """Split a batch into entries, or raise :class:`BadBatch` naming the first bad one.
 
-    Bodies stay views into ``data``: the store copies them once, into the commit log.
+    Bodies stay views into ``data``: the store copies them once, into the commit log. The
+    entries are the store's own :class:`BatchEntry`, so the server hands them on as they are.
     """
     view = memoryview(data)
     end = len(view)
     pos = 0
-    out: list[DecodedEntry] = []
+    out: list[BatchEntry] = []
+    append = out.append
     unpack_head = _ENTRY_HEAD.unpack_from
     unpack_props = _PROPS_LEN.unpack_from
+    overhead = ENTRY_OVERHEAD
+    head_size = _ENTRY_HEAD.size
     while pos < end:
-        index = len(out)
-        if index >= max_entries:
-            raise BadBatch(f"more than {max_entries} messages in one request")
-        if end - pos < ENTRY_OVERHEAD:
-            raise BadBatch(f"truncated entry header ({end - pos} bytes left)", index)
+        if end - pos < overhead:
+            raise BadBatch(f"truncated entry header ({end - pos} bytes left)", len(out))
         total, _magic, _crc, flag, body_len = unpack_head(view, pos)
-        if body_len < 0 or total < ENTRY_OVERHEAD + body_len:
-            raise BadBatch(f"bad lengths (totalSize={total}, bodyLength={body_len})", index)
+        if body_len < 0 or total < overhead + body_len:
+            raise BadBatch(f"bad lengths (totalSize={total}, bodyLength={body_len})", len(out))
         if total > end - pos:
-            raise BadBatch(f"totalSize={total} runs past the end of the request", index)
-        body_start = pos + _ENTRY_HEAD.size
+            raise BadBatch(f"totalSize={total} runs past the end of the request", len(out))
+        body_start = pos + head_size
         props_at = body_start + body_len
         (props_len,) = unpack_props(view, props_at)
-        if props_len < 0 or total != ENTRY_OVERHEAD + body_len + props_len:
+        if props_len < 0 or total != overhead + body_len + props_len:
             raise BadBatch(
                 f"totalSize={total} does not match bodyLength={body_len} + propertiesLength={props_len}",
-                index,
+                len(out),
             )
-        props_start = props_at + _PROPS_LEN.size
-        out.append(
-            DecodedEntry(
-                flag, view[body_start:props_at], bytes(view[props_start : props_start + props_len])
-            )
-        )
+        props = bytes(view[props_at + 2 : props_at + 2 + props_len]) if props_len else b""
+        append(BatchEntry(flag, view[body_start:props_at], props))
         pos += total
+        if len(out) > max_entries:
+            raise BadBatch(f"more than {max_entries} messages in one request", max_entries)
     if not out:
         raise BadBatch("empty batch: at least one message is required")
     return out

@@ -20,6 +20,9 @@ def main(argv: list[str] | None = None) -> None:
         "--liveness", default=None, help="e.g. http://0.0.0.0:8080/healthz for a liveness probe"
     )
     parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument(
+        "--log-sweeps", action="store_true", help="log each group's sweep duration (benchmarks)"
+    )
     args = parser.parse_args(argv)
     namespaces = args.namespace or [
         ns for ns in os.environ.get("WATCH_NAMESPACE", "").split(",") if ns.strip()
@@ -28,6 +31,8 @@ def main(argv: list[str] | None = None) -> None:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if args.log_sweeps:
+        logging.getLogger("brokergroup_operator.sweeps").setLevel(logging.DEBUG)
     from . import handlers  # registers the handlers with kopf's default registry
 
     kopf.run(

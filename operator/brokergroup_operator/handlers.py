@@ -13,9 +13,9 @@ on its next tick.
 
 from __future__ import annotations
 
-import asyncio
+import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,7 @@ import kopf
 from lightkube import ApiError
 
 from . import GROUP, PLURAL, VERSION
-from .brokerapi import BrokerAPI, BrokerAPIError
+from .brokerapi import BrokerAPI
 from .kube import Kube
 from .manifests import (
     LABEL_GROUP,
@@ -33,35 +33,19 @@ from .manifests import (
     broker_id_of_pod,
     children,
     master_name,
-    pod_dns,
     slave_name,
 )
-from .policy import (
-    choose_read_broker,
-    config_patch,
-    desired_config,
-    policy_status,
-    subscription_group_updates,
-)
-from .rolling import StsInfo, plan_roll
+from .rolling import StsInfo
 from .settings import Settings, configure_kopf
 from .spec import GroupSpec, SpecError, parse_spec
-from .status import BrokerReport, Observation, PodInfo, compute_status, status_patch
-from .wiring import master_target, rewire_plan
+from .status import PodInfo, status_patch
+from .sweep import GroupState, invalid_status, now_iso, sweep
 
+#: one DEBUG line per group sweep (``brokergroup-operator --log-sweeps``)
+SWEEP_LOG = logging.getLogger("brokergroup_operator.sweeps")
 # The timer interval is fixed when the decorator runs, so it is read at import.
 SETTINGS = Settings.from_env()
 GroupKey = tuple[str, str]
-
-
-@dataclass
-class GroupState:
-    """What the operator remembers about a group between handler runs (in memory only)."""
-
-    read_broker: int | None = None
-    applied_generation: int | None = None
-    apply_error: tuple[str, str] | None = None
-    last_apply: float = 0.0
 
 
 @dataclass
@@ -213,131 +197,16 @@ async def reconcile(
     await _apply_children(runtime, group, body)
 
 
+@kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
+async def forget(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+    """Drop the in-memory state of a deleted group. ``optional``: this handler never holds up
+    a deletion (the children go with the owner through the garbage collector)."""
+    runtime: Runtime | None = memo.get("runtime")
+    if runtime is not None and namespace is not None:
+        runtime.groups.pop((namespace, name), None)
+
+
 # -- the status timer --------------------------------------------------------------------
-def _address(runtime: Runtime, group: GroupSpec, pod: PodInfo) -> str | None:
-    if runtime.settings.addressing == "dns":
-        service = master_name(group.name) if pod.broker_id == 0 else slave_name(group.name)
-        host = pod_dns(pod.name, service, group.namespace, runtime.settings.cluster_domain)
-        return f"{host}:{group.client_port}"
-    return f"{pod.ip}:{group.client_port}" if pod.ip else None
-
-
-async def _poll(runtime: Runtime, group: GroupSpec, pod: PodInfo | None) -> BrokerReport:
-    if pod is None:
-        return BrokerReport(pod=None, error="pod does not exist")
-    address = _address(runtime, group, pod)
-    if address is None or pod.deleting:
-        return BrokerReport(pod=pod, error="pod has no IP" if not pod.deleting else "pod deleting")
-    try:
-        return BrokerReport(pod=pod, status=await runtime.brokers.status(address))
-    except BrokerAPIError as exc:
-        return BrokerReport(pod=pod, error=str(exc))
-
-
-async def _rewire(
-    runtime: Runtime,
-    group: GroupSpec,
-    body: kopf.Body,
-    slaves: Mapping[int, BrokerReport],
-    master: BrokerReport,
-    master_moved: bool,
-    logger: kopf.Logger,
-) -> None:
-    target = master_target(
-        group,
-        runtime.settings.wiring,
-        master.pod.ip if master.pod else None,
-        runtime.settings.cluster_domain,
-    )
-    for broker_id, call in rewire_plan(target, slaves, master_moved).items():
-        pod = slaves[broker_id].pod
-        address = _address(runtime, group, pod) if pod else None
-        if address is None:
-            continue
-        try:
-            await runtime.brokers.set_master_address(address, call)
-        except BrokerAPIError as exc:
-            logger.warning("rewiring brokerId %s failed: %s", broker_id, exc)
-            continue
-        kopf.info(
-            body,
-            reason="SlaveRewired",
-            message=f"slave brokerId={broker_id} now replicates from {call['haMasterAddress']}",
-        )
-
-
-async def _apply_read_policy(
-    runtime: Runtime,
-    group: GroupSpec,
-    reports: Iterable[BrokerReport],
-    master: BrokerReport,
-    which: int,
-    logger: kopf.Logger,
-) -> bool:
-    """Runtime config on every reachable broker, whichBrokerWhenConsumeSlowly on the master's
-    subscription groups (slaves copy them). True when everything is in force."""
-    applied = True
-    desired = desired_config(group.read_policy)
-    for report in reports:
-        if report.pod is None or report.status is None:
-            applied = False
-            continue
-        body = config_patch(desired, report.status)
-        address = _address(runtime, group, report.pod)
-        if not body or address is None:
-            continue
-        try:
-            await runtime.brokers.patch_config(address, body)
-        except BrokerAPIError as exc:
-            applied = False
-            logger.warning("read policy on %s failed: %s", report.pod.name, exc)
-    if master.pod is None or master.status is None:
-        return False
-    address = _address(runtime, group, master.pod)
-    if address is None:
-        return False
-    try:
-        groups = await runtime.brokers.subscription_groups(address)
-        for name, update in subscription_group_updates(which, groups).items():
-            await runtime.brokers.put_subscription_group(address, name, update)
-    except BrokerAPIError as exc:
-        logger.warning("subscription groups on %s: %s", master.pod.name, exc)
-        applied = False
-    return applied
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def _invalid_status(
-    generation: int, previous: Mapping[str, Any], exc: SpecError, now: str
-) -> dict[str, Any]:
-    conditions = [c for c in previous.get("conditions") or [] if c.get("type") != "SpecValid"]
-    prev: Mapping[str, Any] = next(
-        (c for c in previous.get("conditions") or [] if c.get("type") == "SpecValid"), {}
-    )
-    conditions.insert(
-        0,
-        {
-            "type": "SpecValid",
-            "status": "False",
-            "reason": exc.reason,
-            "message": str(exc),
-            "lastTransitionTime": prev.get("lastTransitionTime", now)
-            if prev.get("status") == "False"
-            else now,
-            "observedGeneration": generation,
-        },
-    )
-    return {
-        **previous,
-        "observedGeneration": generation,
-        "phase": "Invalid",
-        "conditions": conditions,
-    }
-
-
 @kopf.timer(
     GROUP,
     VERSION,
@@ -370,98 +239,42 @@ async def poll_group(
     try:
         group = parse_spec(name, namespace, spec)
     except SpecError as exc:
-        patch.status.update(
-            status_patch(previous, _invalid_status(generation, previous, exc, _now()))
-        )
+        invalid = invalid_status(generation, previous, exc, now_iso())
+        patch.status.update(status_patch(previous, invalid))
         return
 
     stses = {s.name: s for s in broker_statefulsets.get(key, [])}
-    if (
-        master_name(name) not in stses or slave_name(name) not in stses
-    ) and time.monotonic() - state.last_apply > 30:
+    missing = master_name(name) not in stses or slave_name(name) not in stses
+    if missing and time.monotonic() - state.last_apply > 30:
         logger.info("children missing: re-applying")
         await _apply_children(runtime, group, body)
 
-    pods = [p for p in broker_pods.get(key, []) if p.broker_id <= group.slaves]
-    by_id = {p.broker_id: p for p in pods if not p.deleting}
-    by_id.update({p.broker_id: p for p in pods if p.broker_id not in by_id})
-    ids = list(range(0, group.slaves + 1))
-    reports = await asyncio.gather(*(_poll(runtime, group, by_id.get(i)) for i in ids))
-    master, slaves = reports[0], dict(zip(ids[1:], reports[1:], strict=True))
+    async def delete_pod(pod: str) -> bool:
+        return await runtime.kube.delete_pod(namespace, pod)
 
-    prev_master = previous.get("master") or {}
-    new_master_address = (
-        f"{master.pod.ip}:{group.client_port}" if master.pod and master.pod.ip else None
+    started = time.monotonic()
+    result = await sweep(
+        brokers=runtime.brokers,
+        settings=runtime.settings,
+        group=group,
+        pods=list(broker_pods.get(key, [])),
+        statefulsets=stses,
+        previous=previous,
+        state=state,
+        generation=generation,
+        delete_pod=delete_pod,
+        logger=logger,
     )
-    master_moved = bool(
-        prev_master.get("address")
-        and new_master_address
-        and prev_master["address"] != new_master_address
-    )
-    await _rewire(runtime, group, body, slaves, master, master_moved, logger)
-
-    extra = []
-    if state.apply_error:
-        extra.append(
-            {
-                "type": "Reconciled",
-                "status": "False",
-                "reason": state.apply_error[0],
-                "message": state.apply_error[1],
-            }
-        )
-    else:
-        extra.append(
-            {"type": "Reconciled", "status": "True", "reason": "ChildrenApplied", "message": ""}
-        )
-    observed = state.applied_generation if state.applied_generation is not None else generation
-    now = _now()
-    draft, _events = compute_status(
-        group,
-        observed,
-        Observation(master=master, slaves=slaves, extra_conditions=extra),
-        previous,
-        now,
-    )
-    current = state.read_broker
-    if current is None:
-        current = (previous.get("readPolicy") or {}).get("whichBrokerWhenConsumeSlowly")
-    which, why = choose_read_broker(
-        group.read_policy, draft["slaves"], current, runtime.settings.auto_hysteresis_bytes
-    )
-    if which != state.read_broker:
-        logger.info("read policy: whichBrokerWhenConsumeSlowly=%s (%s)", which, why)
-    state.read_broker = which
-    applied = await _apply_read_policy(runtime, group, reports, master, which, logger)
-
-    decision = plan_roll(
-        [p for p in pods if p.broker_id == 0],
-        [p for p in pods if p.broker_id > 0],
-        stses.get(master_name(name)),
-        stses.get(slave_name(name)),
-        draft["slaves"],
-        group.slaves,
-    )
-    if decision.delete:
-        logger.info("rolling: %s", decision.message)
-        if await runtime.kube.delete_pod(namespace, decision.delete):
-            kopf.info(body, reason="RollingRestart", message=decision.message)
-
-    final, events = compute_status(
-        group,
-        observed,
-        Observation(
-            master=master,
-            slaves=slaves,
-            read_policy=policy_status(group.read_policy, which, applied),
-            rollout=decision.as_status(),
-            extra_conditions=extra,
-        ),
-        previous,
-        now,
-    )
-    for event in events:
+    for event in result.events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
-    changes = status_patch(previous, final)
+    changes = status_patch(previous, result.status)
     if changes:
         patch.status.update(changes)
+    # parsed by bench/operator_scale.py: how long one group's sweep takes
+    SWEEP_LOG.debug(
+        "sweep %s/%s done in %.1f ms (status %s)",
+        namespace,
+        name,
+        (time.monotonic() - started) * 1000,
+        "changed" if changes else "unchanged",
+    )

@@ -102,6 +102,9 @@ def configure_kopf(kopf_settings: Any, settings: Settings) -> None:
     kopf_settings.posting.level = logging.INFO
     kopf_settings.posting.reporting_component = "brokergroup-operator"
     kopf_settings.posting.event_name_prefix = "brokergroup-"
+    # No CRD/namespace scanning: the CRD is installed before the operator (helm does), and this
+    # spares the operator list/watch on every CRD and namespace in the cluster.
+    kopf_settings.scanning.disabled = True
     # Handlers are async; the thread pool is only for kopf's internals.
     kopf_settings.execution.max_workers = 2
     # Peering: standalone unless a peering name is configured (then run >1 replica safely).

@@ -25,6 +25,7 @@ RESERVED_KEYS = frozenset(
         "listenPort",
         "haListenPort",
         "haMasterAddress",
+        "masterHttpAddress",
         "storePathRootDir",
         "storePathCommitLog",
         "flushDiskType",

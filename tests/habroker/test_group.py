@@ -91,6 +91,13 @@ def test_status_and_metrics_show_replication(group_factory):
         and slave_row["inSync"] is True
         and slave_row["lastReportAgeMs"] < 10_000
     )
+    # the slave announced which HA connection is its own
+    row = wait_for(
+        lambda: (r := group.master.status()["master"]["slaves"][0])["brokerId"] is not None and r,
+        what="slave identity",
+    )
+    assert row["brokerId"] == 1 and row["listenAddress"] == group.slaves[0].address
+    assert row["address"] == group.slaves[0].status()["slave"]["localAddress"]
     sst = group.slaves[0].status()
     assert sst["role"] == "SLAVE" and sst["slave"]["connected"] is True
     assert sst["slave"]["masterAddress"] == group.master.ha_address

@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 RECONNECT_BACKOFF_MIN = 1.0
 RECONNECT_BACKOFF_MAX = 5.0
+_YIELD_EVERY = 1 << 20  # bytes received without suspending before letting others run
 
 
 class HAClient:
@@ -47,6 +48,7 @@ class HAClient:
         self.store = store
         self.master_address = config.haMasterAddress
         self.connected = False
+        self.local_address: str | None = None  # our end of the HA connection, as the master sees it
         self.reconnects = 0
         self.last_error: str | None = None
         self.master_max_offset_seen = 0
@@ -152,7 +154,13 @@ class HAClient:
             self.last_error = f"connect to {address} failed: {exc or 'timeout'}"
             log.warning("HA %s", self.last_error)
             return False
+        except BaseException:  # cancelled mid-connect (new address, stop)
+            if sock is not None:
+                sock.close()
+            raise
         self.connected = True
+        local = sock.getsockname()
+        self.local_address = f"{local[0]}:{local[1]}"
         self._last_read_at = time.monotonic()
         self._header_len = self._body_left = 0
         self._reported = -1
@@ -173,6 +181,7 @@ class HAClient:
             results = await asyncio.gather(reader, keeper, return_exceptions=True)
             sock.close()
             self.connected = False
+            self.local_address = None
             level = logging.INFO
             for result in results:
                 if isinstance(result, ProtocolError):
@@ -228,6 +237,7 @@ class HAClient:
         store = self.store
         view = memoryview(self._buffer)
         await self._report(sock, store.max_phy_offset)
+        unyielded = 0
         while True:
             n = await loop.sock_recv_into(sock, view)
             if n == 0:
@@ -243,56 +253,83 @@ class HAClient:
             top = store.max_phy_offset
             if top > self._reported:
                 await self._report(sock, top)
+            # recv_into returns without suspending while data is queued: during a catch-up
+            # the HTTP server and the keep-alive task would starve without this
+            unyielded += n
+            if unyielded >= _YIELD_EVERY:
+                unyielded = 0
+                await asyncio.sleep(0)
 
     def _dispatch(self, data: memoryview) -> None:
-        """Parse headers and append body bytes of everything in ``data``."""
-        store = self.store
-        pos, end = 0, len(data)
-        while pos < end:
-            if self._body_left == 0:
-                if self._header_len == 0 and end - pos >= HEADER.size:
-                    offset, size = HEADER.unpack_from(data, pos)
-                    pos += HEADER.size
-                else:
-                    take = min(HEADER.size - self._header_len, end - pos)
-                    self._header[self._header_len : self._header_len + take] = data[
-                        pos : pos + take
-                    ]
-                    self._header_len += take
-                    pos += take
-                    if self._header_len < HEADER.size:
-                        return
-                    self._header_len = 0
-                    offset, size = HEADER.unpack(self._header)
-                self._check_header(offset, size)
-                self._write_offset = offset
-                self._body_left = size
-                self.master_max_offset_seen = offset + size
-                continue
-            take = min(self._body_left, end - pos)
-            if not store.append_to_commit_log(self._write_offset, data[pos : pos + take]):
-                raise ProtocolError(
-                    f"store refused {take} bytes at offset {self._write_offset} "
-                    f"(local max offset {store.max_phy_offset})"
-                )
-            pos += take
-            self._body_left -= take
-            self._write_offset += take
-            self._appended += take
+        """Parse the frames in ``data`` and append their bodies to the log.
 
-    def _check_header(self, offset: int, size: int) -> None:
+        Bodies are first compacted to the front of ``data``, over the headers already parsed,
+        so one store append (and one dispatcher pass) covers everything a read brought, up to
+        a file end. Per 32 KiB frame, an append costs more than moving the bytes.
+        """
+        store = self.store
+        file_size = store.mapped_file_size
+        pos, end = 0, len(data)
+        run = 0  # body bytes gathered at data[0:run], destined for run_start
+        run_start = self._write_offset
+        try:
+            while pos < end:
+                if self._body_left == 0:
+                    if self._header_len == 0 and end - pos >= HEADER.size:
+                        offset, size = HEADER.unpack_from(data, pos)
+                        pos += HEADER.size
+                    else:
+                        take = min(HEADER.size - self._header_len, end - pos)
+                        hl = self._header_len
+                        self._header[hl : hl + take] = data[pos : pos + take]
+                        self._header_len += take
+                        pos += take
+                        if self._header_len < HEADER.size:
+                            break
+                        self._header_len = 0
+                        offset, size = HEADER.unpack(self._header)
+                    local = run_start + run if run else store.max_phy_offset
+                    self._check_header(offset, size, local, file_size)
+                    if run and offset % file_size == 0:  # the next file starts: append the run
+                        gathered, run = run, 0
+                        self._append(run_start, data[:gathered])
+                    if not run:
+                        run_start = offset
+                    self._write_offset = offset
+                    self._body_left = size
+                    self.master_max_offset_seen = offset + size
+                    continue
+                take = min(self._body_left, end - pos)
+                if run != pos:
+                    data[run : run + take] = data[pos : pos + take]
+                run += take
+                pos += take
+                self._body_left -= take
+                self._write_offset += take
+        finally:
+            if run:  # what arrived before a protocol error is still good
+                gathered, run = run, 0
+                self._append(run_start, data[:gathered])
+
+    def _append(self, offset: int, chunk: memoryview) -> None:
+        if not self.store.append_to_commit_log(offset, chunk):
+            raise ProtocolError(
+                f"store refused {len(chunk)} bytes at offset {offset} "
+                f"(local max offset {self.store.max_phy_offset})"
+            )
+        self._appended += len(chunk)
+
+    def _check_header(self, offset: int, size: int, local: int, file_size: int) -> None:
         if size < 0 or size > MAX_BODY_SIZE:
             raise ProtocolError(
                 f"frame at offset {offset} claims body size {size} (allowed 0..{MAX_BODY_SIZE})"
             )
         if offset < 0:
             raise ProtocolError(f"frame claims negative offset {offset}")
-        local = self.store.max_phy_offset
         if local != 0 and offset != local:
             raise ProtocolError(
                 f"offset mismatch: master pushed offset {offset}, slave max offset is {local}"
             )
-        file_size = self.store.mapped_file_size
         if size and local == 0 and offset % file_size:
             raise ProtocolError(
                 f"first frame for an empty log starts at {offset}, not at a commit-log file "
@@ -316,6 +353,7 @@ class HAClient:
         return {
             "masterAddress": self.master_address or None,
             "connected": self.connected,
+            "localAddress": self.local_address,
             "maxOffset": top,
             "lastReportAgeMs": age(self._last_report_at),
             "lastMasterContactAgeMs": age(self._last_read_at),

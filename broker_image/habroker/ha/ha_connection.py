@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 _READ_BUFFER_SIZE = 64 * 1024
 _NO_DATA_RETRY = 0.1  # seconds; RocketMQ's data wait when an offset is not readable yet
+_YIELD_EVERY = 1 << 20  # bytes sent without the socket blocking before letting others run
 
 
 class HAConnection:
@@ -149,17 +150,18 @@ class HAConnection:
 
     async def _write_loop(self) -> None:
         loop = asyncio.get_running_loop()
-        store = self.service.store
-        config = self.service.config
+        service = self.service
+        store = service.store
         await self._reported.wait()  # a master sends nothing before the first report
         offset = self._start_offset()
         self.next_transfer_offset = self.in_flight_end = offset
         log.info("HA slave %s: transfer starts at offset %d", self.address, offset)
         last_write = time.monotonic()
         sock = self.sock
+        unyielded = 0
         while True:
+            config = service.config  # replaced as a whole when runtime keys change
             heartbeat = config.haSendHeartbeatInterval / 1000.0
-            batch = config.haTransferBatchSize
             idle = time.monotonic() - last_write
             if idle >= heartbeat:
                 await send_frame(loop, sock, offset, -1, 0, 0)
@@ -176,14 +178,26 @@ class HAConnection:
                 if store.max_phy_offset > offset:  # readable soon (e.g. next file being created)
                     await asyncio.sleep(min(wait, _NO_DATA_RETRY))
                 else:
-                    await store.wait_for_new_data(offset, wait)
+                    await store.wait_for_new_data(offset, max(wait, 0.001))
                 continue
-            size = min(region.size, batch)
-            self.in_flight_end = offset + size
-            await send_frame(loop, sock, offset, region.file.fileno(), region.position, size)
-            offset += size
-            self.next_transfer_offset = offset
-            self.sent_bytes += size
+            # the whole readable region of this file, in frames of at most the batch size
+            batch = config.haTransferBatchSize
+            file_fd, position, left = region.file.fileno(), region.position, region.size
+            while left > 0:
+                size = min(left, batch)
+                self.in_flight_end = offset + size
+                await send_frame(loop, sock, offset, file_fd, position, size)
+                offset += size
+                position += size
+                left -= size
+                self.next_transfer_offset = offset
+                self.sent_bytes += size
+                # sendfile into a socket with room never suspends: without this a fast slave
+                # would starve the broker's other tasks (HTTP, other slaves) during a catch-up
+                unyielded += size
+                if unyielded >= _YIELD_EVERY:
+                    unyielded = 0
+                    await asyncio.sleep(0)
             last_write = time.monotonic()
 
     # -- status ----------------------------------------------------------------------------

@@ -18,9 +18,10 @@ from habroker.config import BrokerConfig, BrokerRole
 from habroker.ha.accept_socket_service import AcceptSocketService
 from habroker.ha.group_transfer import GroupTransferService
 from habroker.ha.ha_connection import HAConnection
+from habroker.store.values import PutStatus
 
 if TYPE_CHECKING:
-    from habroker.store import MessageStore, PutResult, PutStatus
+    from habroker.store import MessageStore, PutResult
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +167,7 @@ class HAService:
             "connectionCount": len(slaves),
             "inSyncSlaves": sum(1 for s in slaves if s["inSync"]),
             "slaves": slaves,
-            "haListenAddress": f"{host}:{port}",
+            "boundAddress": f"{host}:{port}",
             "socketCount": len(self.connections),
             "acceptedConnectionsTotal": self.accept_service.accepted_total,
             "closedConnectionsTotal": self.dropped_total,

@@ -33,6 +33,7 @@ class StoreCheckpoint:
             self.master_flushed_offset,
             self.confirm_phy_offset,
         ) = _FIELDS.unpack_from(self.mm, 0)
+        self._synced = self._values()
 
     @property
     def min_timestamp(self) -> int:
@@ -40,11 +41,8 @@ class StoreCheckpoint:
         lowest: int = min(self.physic_msg_timestamp, self.logics_msg_timestamp)
         return max(0, lowest - 3000)
 
-    def write(self) -> None:
-        """Put the fields into the mapping (no sync)."""
-        _FIELDS.pack_into(
-            self.mm,
-            0,
+    def _values(self) -> tuple[int, int, int, int, int]:
+        return (
             self.physic_msg_timestamp,
             self.logics_msg_timestamp,
             self.index_msg_timestamp,
@@ -52,10 +50,18 @@ class StoreCheckpoint:
             self.confirm_phy_offset,
         )
 
+    def write(self) -> None:
+        """Put the fields into the mapping (no sync)."""
+        _FIELDS.pack_into(self.mm, 0, *self._values())
+
     def flush(self) -> None:
-        """Write and fdatasync (blocking; run in a thread from the event loop)."""
-        self.write()
+        """Write and fdatasync if anything changed (blocking; run it in a thread)."""
+        values = self._values()
+        if values == self._synced:
+            return
+        _FIELDS.pack_into(self.mm, 0, *values)
         os.fdatasync(self._fd)
+        self._synced = values
 
     def close(self) -> None:
         self.write()

@@ -76,8 +76,9 @@ class CommitLog:
         """
         mf = self._writable_file()
         if mf.wrote_position + total + END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            self._check_disk()  # before the BLANK: a refused put writes nothing
             self._seal(mf)
-            mf = self._writable_file()
+            mf = self.queue.last_writable()
         phys = mf.wrote_offset
         start = phys
         header = _HEADERS[len(shared)]
@@ -87,6 +88,7 @@ class CommitLog:
         parts: list[bytes | memoryview] = []
         append = parts.append
         queue_offset = first_queue_offset
+        bare_tail = topic_tail + b"\x00\x00"  # topic + zero properties length
         for entry in entries:
             body = entry.body
             props = entry.properties
@@ -105,29 +107,28 @@ class CommitLog:
                 )
             )
             append(body)
-            append(topic_tail + i16(len(props)) + props)
+            append(topic_tail + i16(len(props)) + props if props else bare_tail)
             phys += size
             queue_offset += 1
-        data = b"".join(parts)
-        pos = mf.wrote_position
-        mf.mm[pos : pos + len(data)] = data
-        mf.wrote_position = pos + len(data)
+        mf.append_parts(parts, phys - start)
         return start
 
     def _writable_file(self) -> MappedFile:
         last = self.queue.last
         if last is None or last.is_full:
-            free = shutil.disk_usage(
-                self.queue.directory.parent
-                if not self.queue.directory.exists()
-                else self.queue.directory
-            ).free
-            if free < self.file_size:
-                raise StoreNotWritable(
-                    f"disk full: {free} bytes free under {self.queue.directory}, a new commit-log "
-                    f"file needs {self.file_size}"
-                )
+            self._check_disk()
         return self.queue.last_writable(0)
+
+    def _check_disk(self) -> None:
+        """Refuse a new file the disk cannot hold: writing into a sparse mapping on a full
+        disk would kill the process with SIGBUS instead of failing the put."""
+        self.queue.directory.mkdir(parents=True, exist_ok=True)
+        free = shutil.disk_usage(self.queue.directory).free
+        if free < self.file_size:
+            raise StoreNotWritable(
+                f"disk full: {free} bytes free under {self.queue.directory}, a new commit-log "
+                f"file needs {self.file_size}"
+            )
 
     def _seal(self, mf: MappedFile) -> None:
         """Write the BLANK marker and mark the file full."""

@@ -99,6 +99,19 @@ class ConsumeQueue:
         """Write the unit for one record at index ``queue_offset``; False if it is a duplicate."""
         if offset + size <= self.max_physic_offset:
             return False
+        files = self.queue.files
+        if files:
+            mf = files[-1]
+            pos = mf.wrote_position
+            if pos < mf.file_size and mf.file_from_offset + pos == queue_offset * 20:
+                UNIT.pack_into(mf.mm, pos, offset, size, tags_code)
+                mf.wrote_position = pos + CQ_STORE_UNIT_SIZE
+                self.max_physic_offset = offset + size
+                return True
+        return self._put_unit_slow(offset, size, tags_code, queue_offset)
+
+    def _put_unit_slow(self, offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
+        """First unit of a queue, a new file, or a gap or overlap in queue offsets."""
         expect = queue_offset * CQ_STORE_UNIT_SIZE
         current = self.queue.max_offset
         created = not self.queue.files
@@ -203,8 +216,44 @@ class ConsumeQueue:
         self.queue.close()
 
 
+_ZERO_UNIT = bytes(CQ_STORE_UNIT_SIZE)
+
+
 def _valid_prefix(mf: MappedFile) -> int:
-    """Bytes of ``mf`` holding valid units, counted from its start."""
+    """Bytes of ``mf`` holding valid units (offset >= 0, size > 0), counted from its start.
+
+    Unwritten space is zero, so the end is the first all-zero unit; finding it with
+    ``mmap.find`` and checking the sign bytes with strided slices keeps startup fast for
+    full 6 MB files.  Anything unexpected falls back to a unit-by-unit scan.
+    """
+    mm = mf.mm
+    end = mf.file_size
+    pos = 0
+    while True:
+        i = mm.find(_ZERO_UNIT, pos)
+        if i < 0:
+            break
+        aligned = -(-i // CQ_STORE_UNIT_SIZE) * CQ_STORE_UNIT_SIZE
+        if mm[aligned : aligned + CQ_STORE_UNIT_SIZE] == _ZERO_UNIT:
+            end = aligned
+            break
+        pos = i + 1
+    if end == 0:
+        return 0
+    if max(mm[0:end:CQ_STORE_UNIT_SIZE]) < 0x80 and max(mm[8:end:CQ_STORE_UNIT_SIZE]) < 0x80:
+        # sizes are positive unless all four bytes are zero: check units whose low byte is 0
+        low = mm[11:end:CQ_STORE_UNIT_SIZE]
+        i = low.find(0)
+        while i >= 0:
+            p = i * CQ_STORE_UNIT_SIZE
+            if mm[p + 8 : p + 12] == b"\0\0\0\0":
+                return p
+            i = low.find(0, i + 1)
+        return end
+    return _valid_prefix_slow(mf)
+
+
+def _valid_prefix_slow(mf: MappedFile) -> int:
     pos = 0
     for offset, size, _ in UNIT.iter_unpack(mf.mm):
         if offset < 0 or size <= 0:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from habroker.message import DispatchRequest, check_record
+from habroker.message import DispatchTuple, parse_record
 from habroker.store.commit_log import CommitLog
 
 log = logging.getLogger(__name__)
@@ -20,7 +20,7 @@ class ReputMessageService:
     def __init__(
         self,
         commit_log: CommitLog,
-        dispatch: Callable[[DispatchRequest], None],
+        dispatch: Callable[[DispatchTuple], None],
         is_slave: Callable[[], bool],
     ) -> None:
         self.commit_log = commit_log
@@ -30,7 +30,7 @@ class ReputMessageService:
         self.last_store_timestamp = 0  # store time of the last record dispatched
 
     def behind(self) -> int:
-        return self.commit_log.max_offset - self.reput_from_offset
+        return max(0, self.commit_log.max_offset - self.reput_from_offset)
 
     def do_reput(self) -> int:
         """Dispatch every whole record from ``reput_from_offset`` to the readable end."""
@@ -58,13 +58,19 @@ class ReputMessageService:
             view = mf.view[:wrote]
             try:
                 while pos < wrote:
-                    req, size = check_record(view, pos, False)
-                    if req is not None:
-                        dispatch(req)
-                        self.last_store_timestamp = req.store_timestamp
+                    parsed = parse_record(view, pos, False)
+                    if isinstance(parsed, tuple):
+                        dispatch(parsed)
+                        self.last_store_timestamp = parsed[5]
                         count += 1
-                        pos += size
-                    elif size == 0:  # BLANK: on to the next file
+                        pos += parsed[3]
+                        continue
+                    size = parsed
+                    if size == 0:  # BLANK: on to the next file
+                        if wrote < mf.file_size:
+                            # a slave has the marker but not yet all of its filler
+                            self.reput_from_offset = mf.file_from_offset + pos
+                            return count
                         pos = mf.file_size
                     elif size > 0:
                         log.error(

@@ -17,6 +17,7 @@ from typing import BinaryIO
 log = logging.getLogger(__name__)
 
 _ZERO_CHUNK = bytes(1 << 20)
+_IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024) if hasattr(os, "sysconf") else 1024
 
 
 def offset_to_file_name(offset: int) -> str:
@@ -80,14 +81,43 @@ class MappedFile:
         return self.file.fileno()
 
     def append(self, data: bytes | bytearray | memoryview) -> bool:
-        """Copy ``data`` at the write position; False (nothing written) if it does not fit."""
+        """Copy ``data`` at the write position; False (nothing written) if it does not fit.
+
+        ``pwrite`` rather than a copy into the mapping: the kernel fills the page cache the
+        mapping shares without taking a page fault per fresh 4 KiB page (several times faster
+        on a new, sparse file); readers of the mapping see the bytes at once.
+        """
         n = len(data)
         pos = self.wrote_position
         if pos + n > self.file_size:
             return False
-        self.mm[pos : pos + n] = data
+        self._pwrite(data, pos)
         self.wrote_position = pos + n
         return True
+
+    def append_parts(self, parts: list[bytes | memoryview], size: int) -> None:
+        """Write ``parts`` (``size`` bytes in all, known to fit) back to back with ``pwritev``."""
+        pos = self.wrote_position
+        fd = self.file.fileno()
+        at = pos
+        for i in range(0, len(parts), _IOV_MAX):
+            chunk = parts[i : i + _IOV_MAX]
+            want = sum(len(p) for p in chunk) if len(parts) > _IOV_MAX else size
+            done = os.pwritev(fd, chunk, at)
+            if done != want:  # short write (signal, ENOSPC on a hole): finish it plainly
+                self._pwrite(memoryview(b"".join(chunk))[done:], at + done)
+            at += want
+        self.wrote_position = pos + size
+
+    def _pwrite(self, data: bytes | bytearray | memoryview, pos: int) -> None:
+        fd = self.file.fileno()
+        view = memoryview(data)
+        while view:
+            done = os.pwrite(fd, view, pos)
+            if done <= 0:
+                raise OSError(f"{self.path}: pwrite wrote nothing at {pos}")
+            view = view[done:]
+            pos += done
 
     def sync(self) -> None:
         """fdatasync the file (blocking; callers run it in a thread)."""

@@ -26,7 +26,7 @@ from habroker.message import (
     MAX_TOPIC_LENGTH_V1,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_TYPE_MASK,
-    DispatchRequest,
+    DispatchTuple,
     MessageExt,
     decode_record,
     host_block,
@@ -92,6 +92,7 @@ class MessageStore:
         self._new_data: asyncio.Event | None = None
         self._new_messages: asyncio.Event | None = None
         self.last_exit_ok = True
+        self._last_cq: ConsumeQueue | None = None  # dispatch fast path: batches share a queue
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -100,6 +101,7 @@ class MessageStore:
             return
         self.root.mkdir(parents=True, exist_ok=True)
         self._take_lock()
+        self.config.commit_log_dir.mkdir(parents=True, exist_ok=True)
         try:
             self.checkpoint = StoreCheckpoint(self.root / "checkpoint")
             abort = self.root / "abort"
@@ -118,7 +120,7 @@ class MessageStore:
     def _start_services(self) -> None:
         cfg = self.config
         cl = self.commit_log
-        if cfg.flushDiskType is FlushDiskType.SYNC_FLUSH:
+        if cfg.flushDiskType == FlushDiskType.SYNC_FLUSH:
             self.group_commit = GroupCommitService(cl, self._flush_commit_log)
             self._services.append(self.group_commit)
             # a slave or WAIT=false producers still need their bytes synced eventually
@@ -174,6 +176,7 @@ class MessageStore:
         for cq in self.consume_queues.values():
             cq.close()
         self.consume_queues = {}
+        self._last_cq = None
         if self.checkpoint is not None:
             self.checkpoint.close()
             self.checkpoint = None
@@ -255,26 +258,32 @@ class MessageStore:
 
     # -- dispatch ------------------------------------------------------------------------------
     def _is_slave(self) -> bool:
-        return self.config.brokerRole is BrokerRole.SLAVE
+        return self.config.brokerRole == BrokerRole.SLAVE
 
-    def _dispatch(self, req: DispatchRequest) -> None:
-        tran = req.sys_flag & TRANSACTION_TYPE_MASK
+    def _dispatch(self, record: DispatchTuple) -> None:
+        """Index one record (the dispatcher's tuple form of a DispatchRequest)."""
+        topic, queue_id, phys, size, tags, _ts, queue_offset, sys_flag = record
+        tran = sys_flag & TRANSACTION_TYPE_MASK
         if tran and tran != TRANSACTION_COMMIT_TYPE:
             return  # prepared and rolled-back halves never enter a consume queue
-        key = (req.topic, req.queue_id)
-        cq = self.consume_queues.get(key)
-        if cq is None:
-            if not _TOPIC_RE.match(req.topic) or req.queue_id < 0:
-                log.error(
-                    "record at %d has topic %r queue %d that cannot name a consume "
-                    "queue; not indexed",
-                    req.commit_log_offset,
-                    req.topic,
-                    req.queue_id,
-                )
-                return
-            cq = self._new_consume_queue(req.topic, req.queue_id)
-        cq.put_unit(req.commit_log_offset, req.size, req.tags_code, req.queue_offset)
+        last = self._last_cq
+        if last is not None and last.queue_id == queue_id and last.topic == topic:
+            cq = last
+        else:
+            found = self.consume_queues.get((topic, queue_id))
+            if found is None:
+                if not _TOPIC_RE.match(topic) or queue_id < 0:
+                    log.error(
+                        "record at %d has topic %r queue %d that cannot name a consume "
+                        "queue; not indexed",
+                        phys,
+                        topic,
+                        queue_id,
+                    )
+                    return
+                found = self._new_consume_queue(topic, queue_id)
+            cq = self._last_cq = found
+        cq.put_unit(phys, size, tags, queue_offset)
 
     def _notify(self) -> None:
         if self._new_data is not None:
@@ -300,7 +309,7 @@ class MessageStore:
         """
         if not self._running:
             raise StoreNotWritable("the store is not running")
-        if self.config.brokerRole is BrokerRole.SLAVE:
+        if self.config.brokerRole == BrokerRole.SLAVE:
             raise StoreNotWritable("a SLAVE store only takes replicated bytes")
         if not entries:
             raise StoreError("an empty batch has nothing to store")
@@ -380,10 +389,10 @@ class MessageStore:
     async def wait_flushed(self, offset: int, timeout: float) -> bool:  # noqa: ASYNC109
         """SYNC_FLUSH: True once bytes up to ``offset`` are on disk (group commit); False on
         timeout.  ASYNC_FLUSH: True at once."""
-        if self.config.flushDiskType is not FlushDiskType.SYNC_FLUSH or self.group_commit is None:
-            return self.config.flushDiskType is not FlushDiskType.SYNC_FLUSH or (
-                self.commit_log.flushed_offset >= offset
-            )
+        if self.config.flushDiskType != FlushDiskType.SYNC_FLUSH:
+            return True
+        if self.group_commit is None:
+            return self.commit_log.flushed_offset >= offset
         return await self.group_commit.wait(offset, timeout)
 
     # -- read path -----------------------------------------------------------------------------
@@ -578,6 +587,12 @@ class MessageStore:
                 await asyncio.wait_for(self._new_data.wait(), remaining)
 
     # -- flushing ------------------------------------------------------------------------------
+    async def flush(self) -> int:
+        """Sync the commit log and every consume queue now; returns the flushed offset."""
+        await self._flush_commit_log()
+        await self._flush_consume_queues()
+        return self.flushed_offset
+
     async def _flush_commit_log(self) -> None:
         """fdatasync the commit log; the checkpoint learns the store time now durable."""
         offset, store_ts = self.reput.reput_from_offset, self.reput.last_store_timestamp

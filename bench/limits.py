@@ -1,0 +1,142 @@
+"""Physical limits of this machine, measured in the same run as the systems.
+
+* sequential write: the same 1 KiB payloads written to a new file in the broker's file system,
+  in writes of one batch (1, 32, 256 messages), buffered (what ASYNC_FLUSH amounts to), and with
+  fdatasync every MiB;
+* fdatasync latency: one 1 KiB append + fdatasync, p50/p99;
+* loopback: ``os.sendfile`` from a file over 127.0.0.1 TCP into a receiver process doing
+  ``recv_into`` + ``os.write`` to a file (what a slave must do at the least).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import common
+from bench.stats import percentiles, summary
+
+
+def seq_write(path: Path, total: int, chunk: bytes, sync_every: int = 0) -> float:
+    """Bytes/s writing ``chunk`` repeatedly to a new file until ``total`` bytes."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        n = max(1, total // len(chunk))
+        unsynced = 0
+        start = time.perf_counter()
+        for _ in range(n):
+            os.write(fd, chunk)
+            if sync_every:
+                unsynced += len(chunk)
+                if unsynced >= sync_every:
+                    os.fdatasync(fd)
+                    unsynced = 0
+        elapsed = time.perf_counter() - start
+    finally:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+    return n * len(chunk) / elapsed
+
+
+def fdatasync_latency(path: Path, samples: int, record: bytes) -> list[float]:
+    """Seconds per (append ``record`` + fdatasync), ``samples`` times."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+    out = []
+    try:
+        for _ in range(samples):
+            t0 = time.perf_counter()
+            os.write(fd, record)
+            os.fdatasync(fd)
+            out.append(time.perf_counter() - t0)
+    finally:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+    return out
+
+
+def _receiver(port_q: Any, out_q: Any, path: str, total: int) -> None:
+    srv = socket.create_server(("127.0.0.1", 0))
+    port_q.put(srv.getsockname()[1])
+    conn, _ = srv.accept()
+    buf = bytearray(4 << 20)
+    view = memoryview(buf)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    got = 0
+    start = None
+    try:
+        while got < total:
+            n = conn.recv_into(view)
+            if n == 0:
+                break
+            if start is None:
+                start = time.perf_counter()
+            os.write(fd, view[:n])
+            got += n
+        elapsed = time.perf_counter() - (start or time.perf_counter())
+    finally:
+        os.close(fd)
+        conn.close()
+        srv.close()
+        Path(path).unlink(missing_ok=True)
+    out_q.put((got, elapsed))
+
+
+def loopback(src: Path, dst: Path, total: int) -> float:
+    """Bytes/s: sendfile of ``src`` (``total`` bytes) → recv_into + write to ``dst``."""
+    ctx = mp.get_context("fork")
+    port_q, out_q = ctx.Queue(), ctx.Queue()
+    proc = ctx.Process(target=_receiver, args=(port_q, out_q, str(dst), total), daemon=True)
+    proc.start()
+    try:
+        port = port_q.get(timeout=30)
+        with socket.create_connection(("127.0.0.1", port)) as sock, open(src, "rb") as f:
+            offset = 0
+            while offset < total:
+                sent = os.sendfile(sock.fileno(), f.fileno(), offset, total - offset)
+                if sent == 0:
+                    break
+                offset += sent
+            got, elapsed = out_q.get(timeout=120)
+    finally:
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+    return float(got / elapsed) if elapsed > 0 else 0.0
+
+
+def run(settings: common.Settings) -> dict[str, Any]:
+    body = common.payload()
+    result: dict[str, Any] = {"seq_write": {}, "seq_write_sync_1MiB": None}
+    with common.scratch_dir(settings, "limits") as work:
+        raw: dict[int, list[float]] = {b: [] for b in settings.batches}
+        synced: list[float] = []
+        loop: list[float] = []
+        fsync: list[float] = []
+        src = work / "loopback-src"
+        total = settings.limit_bytes
+        with open(src, "wb") as f:  # in the page cache, as a master's recent log is
+            block = body * 1024
+            for _ in range(max(1, total // len(block))):
+                f.write(block)
+        total = src.stat().st_size
+        for _rep in range(settings.reps):
+            for batch in settings.batches:
+                raw[batch].append(seq_write(work / "seq", settings.limit_bytes, body * batch))
+            synced.append(
+                seq_write(work / "seq", settings.limit_bytes, body * 256, sync_every=1 << 20)
+            )
+            loop.append(loopback(src, work / "loopback-dst", total))
+            fsync.extend(fdatasync_latency(work / "fsync", settings.fsync_samples, body))
+        for batch, values in raw.items():
+            result["seq_write"][str(batch)] = summary([v / 1e6 for v in values])
+        result["seq_write_sync_1MiB"] = summary([v / 1e6 for v in synced])
+        result["loopback"] = summary([v / 1e6 for v in loop])
+        result["fdatasync_ms"] = {k: v * 1000 for k, v in percentiles(fsync, (50, 99)).items()}
+        result["fdatasync_ms"]["samples"] = len(fsync)
+    result["unit"] = "MB/s (1e6 bytes of payload per second)"
+    return result

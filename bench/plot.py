@@ -1,0 +1,130 @@
+"""PNG plots of one run (matplotlib, Agg backend)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+COLORS = {
+    "habroker_async": "#1f77b4",
+    "redis_pipelined": "#d62728",
+    "habroker_sync": "#2ca02c",
+    "redis_wait": "#ff7f0e",
+}
+
+
+def _bar(ax: Any, x: float, entry: dict[str, Any], color: str, label: str | None, w: float) -> None:
+    med = entry["median"] or 0.0
+    err = [[med - (entry["min"] or med)], [(entry["max"] or med) - med]]
+    ax.bar(x, med, w, color=color, label=label, yerr=err, capsize=2)
+
+
+def produce(results: dict[str, Any], path: Path) -> None:
+    cells = results.get("produce", {}).get("cells", [])
+    if not cells:
+        return
+    limits = results.get("limits", {}).get("seq_write", {})
+    groups = sorted({(c["batch"], c["producers"]) for c in cells})
+    systems = [s for s in COLORS if any(c["system"] == s for c in cells)]
+    fig, ax = plt.subplots(figsize=(11, 5))
+    w = 0.8 / max(1, len(systems))
+    seen: set[str] = set()
+    for gi, (batch, producers) in enumerate(groups):
+        for si, system in enumerate(systems):
+            for c in cells:
+                if (c["system"], c["batch"], c["producers"]) == (system, batch, producers):
+                    _bar(
+                        ax,
+                        gi + si * w,
+                        c["mb_per_s"],
+                        COLORS[system],
+                        None if system in seen else system,
+                        w,
+                    )
+                    seen.add(system)
+        lim = limits.get(str(batch))
+        if lim and lim.get("median"):
+            ax.hlines(lim["median"], gi - w / 2, gi + 0.8 - w / 2, colors="k", linestyles="dotted")
+    ax.set_xticks([i + 0.4 - w / 2 for i in range(len(groups))])
+    ax.set_xticklabels([f"batch {b}\n{p} prod." for b, p in groups])
+    ax.set_yscale("log")
+    ax.set_ylabel("MB/s (1 KiB messages), log scale")
+    ax.set_title("Produce throughput, median (min-max); dotted: sequential write limit")
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def sync_async(results: dict[str, Any], path: Path) -> None:
+    sa = results.get("sync_async", {})
+    thr, lat = sa.get("throughput", []), sa.get("latency", [])
+    if not thr and not lat:
+        return
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.5))
+    prods = sorted({c["producers"] for c in thr})
+    for si, system in enumerate(("habroker_async", "habroker_sync")):
+        for pi, p in enumerate(prods):
+            for c in thr:
+                if (c["system"], c["producers"]) == (system, p):
+                    _bar(
+                        a1,
+                        pi + si * 0.4,
+                        c["msgs_per_s"],
+                        COLORS[system],
+                        system if pi == 0 else None,
+                        0.4,
+                    )
+    a1.set_xticks([i + 0.2 for i in range(len(prods))])
+    a1.set_xticklabels([f"{p} producers" for p in prods])
+    a1.set_ylabel("messages/s (batch 1)")
+    a1.set_title("SYNC vs ASYNC master")
+    a1.legend(fontsize=8)
+    for i, c in enumerate(lat):
+        color = COLORS.get(c["system"], "grey")
+        a2.bar(i - 0.2, c["p50_ms"]["median"] or 0, 0.4, color=color, alpha=0.6)
+        a2.bar(i + 0.2, c["p99_ms"]["median"] or 0, 0.4, color=color)
+    a2.set_xticks(range(len(lat)))
+    a2.set_xticklabels([c["system"] for c in lat], rotation=15, fontsize=8)
+    a2.set_ylabel("ms (light: p50, dark: p99)")
+    a2.set_title("Single-message latency")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def lag(results: dict[str, Any], path: Path) -> None:
+    systems = results.get("lag", {}).get("systems", {})
+    if not systems:
+        return
+    fig, ax = plt.subplots(figsize=(7, 4))
+    names = list(systems)
+    for i, name in enumerate(names):
+        e = systems[name]
+        vals = [e[k]["median"] or 0 for k in ("lag_p50_bytes", "lag_p99_bytes", "lag_max_bytes")]
+        ax.bar(
+            [i - 0.25, i, i + 0.25], [max(v, 1) for v in vals], 0.25, color=COLORS.get(name, "grey")
+        )
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names)
+    ax.set_yscale("log")
+    ax.set_ylabel("replica lag, bytes (p50, p99, max)")
+    ax.set_title("Replication lag under sustained load")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def all_plots(results: dict[str, Any], out_dir: Path) -> list[Path]:
+    made = []
+    for name, fn in (("produce", produce), ("sync_async", sync_async), ("lag", lag)):
+        path = out_dir / f"{name}.png"
+        fn(results, path)
+        if path.exists():
+            made.append(path)
+    return made

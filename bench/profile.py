@@ -1,0 +1,104 @@
+"""Where the broker's time goes under produce load: ``python -m bench.profile``.
+
+Starts a master + slave group, drives it with the benchmark's lean producers, and samples the
+master (and the slave) with py-spy (``pip install py-spy``; it attaches by PID, so the broker
+runs unmodified). Writes, per process, the functions with the largest inclusive and self share
+of samples to ``bench/results/profile_<mode>_b<batch>_<role>.txt``.
+
+    python -m bench.profile --batch 256 --producers 1 --mode async --seconds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from bench import common, loadgen, systems
+
+_LINE = re.compile(r":\d+\)")
+
+
+def summarize(raw: Path, top: int = 40) -> str:
+    """Inclusive and self shares of py-spy's folded stacks, line numbers merged."""
+    incl: collections.Counter[str] = collections.Counter()
+    leaf: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        n = int(count)
+        total += n
+        frames = [_LINE.sub(")", f) for f in stack.split(";")]
+        for frame in set(frames):
+            incl[frame] += n
+        leaf[frames[-1]] += n
+    out = [f"samples: {total}", "", "inclusive:"]
+    out += [f"{100 * v / total:5.1f}%  {k}" for k, v in incl.most_common(top)]
+    out += ["", "self:"]
+    out += [f"{100 * v / total:5.1f}%  {k}" for k, v in leaf.most_common(top // 2)]
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m bench.profile", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--producers", type=int, default=1)
+    p.add_argument("--mode", choices=("async", "sync"), default="async")
+    p.add_argument("--seconds", type=float, default=5.0)
+    p.add_argument("--out-dir", type=Path, default=common.RESULTS_DIR)
+    args = p.parse_args(argv)
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(spy).exists():
+        print("py-spy is not installed: pip install py-spy", file=sys.stderr)
+        return 2
+    settings = common.Settings(duration=args.seconds + 1.0, warmup=0.5)
+    common.install_signal_handlers()
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    name = f"habroker_{args.mode}"
+    with (
+        common.scratch_dir(settings, "profile") as root,
+        systems.started(root, habroker_modes=(args.mode,), redis=False) as running,
+    ):
+        group = running.group(name)
+        targets = {"master": group.master, "slave": group.slaves[0]}
+        raws = {role: root / f"{role}.txt" for role in targets}
+        spies = []
+        for role, broker in targets.items():
+            assert broker.proc is not None
+            cmd = [spy, "record", "-p", str(broker.proc.pid), "-d", str(int(args.seconds))]
+            cmd += ["-r", "250", "-f", "raw", "--nonblocking", "-o", str(raws[role])]
+            spies.append(
+                subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            )
+        try:
+            job = systems.produce_job(running, name, args.batch, args.producers, settings)
+            result = loadgen.run(job)
+        finally:
+            for proc in spies:
+                try:
+                    proc.wait(args.seconds + 30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+        rate = result["msgs_per_s"]
+        for role, raw in raws.items():
+            if not raw.exists():
+                continue
+            path = args.out_dir / f"profile_{args.mode}_b{args.batch}_p{args.producers}_{role}.txt"
+            head = (
+                f"habroker {args.mode.upper()} {role}, produce batch {args.batch}, "
+                f"{args.producers} producer(s), 1 KiB bodies: {rate:,.0f} msgs/s while sampled "
+                f"(py-spy, 250 Hz)\n"
+            )
+            path.write_text(head + summarize(raw))
+            print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,282 @@
+"""Ratios, goals and the markdown page (docs/benchmarks.md) from one run's results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bench.stats import median_of, ratio
+
+ANALYSIS = Path(__file__).resolve().parent / "analysis.md"
+PEER = {"habroker_async": "redis_pipelined", "habroker_sync": "redis_wait"}
+
+
+def _cells(results: dict[str, Any]) -> dict[tuple[str, int, int], dict[str, Any]]:
+    cells = results.get("produce", {}).get("cells", [])
+    return {(c["system"], c["batch"], c["producers"]): c for c in cells}
+
+
+def _limit(results: dict[str, Any], batch: int) -> float | None:
+    return median_of(results.get("limits", {}).get("seq_write", {}).get(str(batch)))
+
+
+def add_ratios(results: dict[str, Any]) -> None:
+    """Every produce cell gets its ratio to the peer and to the sequential-write limit."""
+    cells = _cells(results)
+    for (system, batch, producers), c in cells.items():
+        mb = median_of(c["mb_per_s"])
+        peer = PEER.get(system)
+        if peer and (peer, batch, producers) in cells:
+            c["ratio_to_peer"] = ratio(mb, median_of(cells[(peer, batch, producers)]["mb_per_s"]))
+        c["ratio_to_seq_write"] = ratio(mb, _limit(results, batch))
+    pull = results.get("pull", {})
+    seq = _limit(results, 256)
+    for entry in pull.values():
+        if isinstance(entry, dict) and "mb_per_s" in entry:
+            entry["ratio_to_seq_write_256"] = ratio(median_of(entry["mb_per_s"]), seq)
+    sa = results.get("sync_async", {})
+    by = {(c["system"], c["producers"]): c for c in sa.get("throughput", [])}
+    for (system, producers), c in by.items():
+        if system == "habroker_sync" and ("habroker_async", producers) in by:
+            c["ratio_to_async"] = ratio(
+                median_of(c["msgs_per_s"]),
+                median_of(by[("habroker_async", producers)]["msgs_per_s"]),
+            )
+    lat = {c["system"]: c for c in sa.get("latency", [])}
+    for system, peer in PEER.items():
+        if system in lat and peer in lat:
+            for q in ("p50_ms", "p99_ms"):
+                lat[system][f"{q}_ratio_to_peer"] = ratio(
+                    median_of(lat[system][q]), median_of(lat[peer][q])
+                )
+
+
+def catchup_ratio(results: dict[str, Any]) -> tuple[float | None, float | None, float | None]:
+    """(catch-up MB/s, loopback limit MB/s, ratio of medians) from ``bench.ha_catchup``'s JSON."""
+    data = results.get("catchup") or {}
+    ha = median_of(data.get("ha_MBps"))
+    limit = median_of(data.get("limit_MBps"))
+    r = data.get("ratio_median")
+    return ha, limit, float(r) if isinstance(r, int | float) else ratio(ha, limit)
+
+
+def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
+    cells = _cells(results)
+    out: list[dict[str, Any]] = []
+
+    def goal(name: str, value: float | None, target: float, higher: bool = True, **kw: Any) -> None:
+        met = None if value is None else (value >= target if higher else value <= target)
+        out.append({"goal": name, "value": value, "target": target, "met": met, **kw})
+
+    for batch in (32, 256):
+        best = [
+            c.get("ratio_to_seq_write")
+            for (s, b, _), c in cells.items()
+            if s == "habroker_async" and b == batch
+        ]
+        known = [float(x) for x in best if x is not None]
+        goal(
+            f"issue 2: ASYNC produce batch {batch} / sequential write (best producer count)",
+            max(known) if known else None,
+            0.5,
+        )
+    for (system, batch, producers), c in sorted(cells.items()):
+        if system == "habroker_async":
+            goal(
+                f"issue 8: ASYNC / Redis pipelined, batch {batch}, {producers} producer(s)",
+                c.get("ratio_to_peer"),
+                1.5,
+            )
+    for (system, batch, producers), c in sorted(cells.items()):
+        if system == "habroker_sync" and batch == 32:
+            goal(
+                f"issue 8: SYNC / Redis XADD+WAIT, batch 32, {producers} producer(s)",
+                c.get("ratio_to_peer"),
+                1.5,
+            )
+    sa = results.get("sync_async", {})
+    top = max((c["producers"] for c in sa.get("throughput", [])), default=None)
+    for c in sa.get("throughput", []):
+        if c["system"] == "habroker_sync" and c["producers"] == top:
+            goal(f"issue 3: SYNC / ASYNC, {top} producers, batch 1", c.get("ratio_to_async"), 0.9)
+    for c in sa.get("latency", []):
+        if c["system"] == "habroker_sync":
+            goal(
+                "issue 8: SYNC single-message p99 / Redis XADD+WAIT p99",
+                c.get("p99_ms_ratio_to_peer"),
+                1.0,
+                higher=False,
+            )
+    _, _, r = catchup_ratio(results)
+    goal("issues 3, 8: slave catch-up / loopback limit", r, 0.8)
+    return out
+
+
+# -- markdown -----------------------------------------------------------------------------------
+def _f(v: float | None, digits: int = 0) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.{digits}f}"
+
+
+def _mmm(entry: dict[str, Any] | None, digits: int = 0) -> str:
+    if not entry or entry.get("median") is None:
+        return "-"
+    return f"{_f(entry['median'], digits)} ({_f(entry['min'], digits)}-{_f(entry['max'], digits)})"
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def markdown(results: dict[str, Any]) -> str:
+    meta = results.get("meta", {})
+    lines = [
+        "# Benchmarks",
+        "",
+        "Generated by `make bench` (`python -m bench.run`); do not edit by hand. All figures come",
+        "from **one run on one machine**: habroker (master + slave), Redis (master + replica) and",
+        "the machine's physical limits, measured alternately. Figures are median (min-max) of",
+        f"{meta.get('reps', '?')} repetitions; messages carry 1 KiB bodies; MB = 1e6 bytes of",
+        "payload. Every figure is also given as a ratio to the peer or limit of the same run.",
+        "",
+        f"Run: {meta.get('started', '?')}, {meta.get('elapsed_s', 0):.0f} s, "
+        f"{'quick (smoke test, not a measurement)' if meta.get('quick') else 'full'}; "
+        f"machine: {meta.get('machine', {}).get('cpus', '?')} CPUs, Python "
+        f"{meta.get('machine', {}).get('python', '?')}, load average at start "
+        f"{meta.get('machine', {}).get('loadavg_at_start', '?')}; "
+        f"Redis {meta.get('systems', {}).get('redis_version', 'not available')}.",
+        "",
+        "Plots: `bench/results/*.png`; raw data: `bench/results/*.json`.",
+        "",
+        "## Goals",
+        "",
+        "| goal | value | target | met |",
+        "| --- | ---: | ---: | :---: |",
+    ]
+    for g in results.get("goals", []):
+        cmp = ">=" if "p99" not in g["goal"] else "<="
+        met = {True: "yes", False: "**no**", None: "n/a"}[g["met"]]
+        lines.append(f"| {g['goal']} | {_x(g['value'])} | {cmp} {g['target']}x | {met} |")
+    limits = results.get("limits", {})
+    if limits:
+        lines += [
+            "",
+            "## Physical limits (same run)",
+            "",
+            "| limit | MB/s or latency |",
+            "| --- | ---: |",
+        ]
+        for batch, entry in limits.get("seq_write", {}).items():
+            lines.append(f"| sequential write, {batch} KiB writes (page cache) | {_mmm(entry)} |")
+        lines.append(
+            f"| sequential write + fdatasync every MiB | {_mmm(limits.get('seq_write_sync_1MiB'))} |"
+        )
+        lines.append(
+            f"| loopback TCP sendfile → recv_into → file write | {_mmm(limits.get('loopback'))} |"
+        )
+        fs = limits.get("fdatasync_ms", {})
+        lines.append(
+            f"| 1 KiB append + fdatasync, p50 / p99 | {_f(fs.get('p50'), 3)} / {_f(fs.get('p99'), 3)} ms |"
+        )
+    cells = results.get("produce", {}).get("cells", [])
+    if cells:
+        lines += [
+            "",
+            "## Produce throughput",
+            "",
+            "One request carries `batch` messages (habroker: one HTTP batch; Redis: `batch`",
+            "pipelined XADDs, plus `WAIT 1` for the synchronous peer). Each producer is one",
+            "connection with one request in flight; producers run in separate processes.",
+            "",
+            "| system | batch | producers | msgs/s | MB/s | vs peer | vs seq. write | req. p50 / p99 ms |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for c in cells:
+            lat = c.get("request_latency_ms", {})
+            lines.append(
+                f"| {c['system']} | {c['batch']} | {c['producers']} | {_mmm(c['msgs_per_s'])} | "
+                f"{_mmm(c['mb_per_s'], 1)} | {_x(c.get('ratio_to_peer'))} | "
+                f"{_x(c.get('ratio_to_seq_write'))} | {_f(lat.get('p50'), 2)} / {_f(lat.get('p99'), 2)} |"
+            )
+    sa = results.get("sync_async", {})
+    if sa.get("throughput"):
+        lines += [
+            "",
+            "## SYNC vs ASYNC master (single-message requests)",
+            "",
+            "| system | producers | msgs/s | MB/s | SYNC / ASYNC | req. p50 / p99 ms |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for c in sa["throughput"]:
+            lat = c.get("request_latency_ms", {})
+            lines.append(
+                f"| {c['system']} | {c['producers']} | {_mmm(c['msgs_per_s'])} | {_mmm(c['mb_per_s'], 1)} | "
+                f"{_x(c.get('ratio_to_async'))} | {_f(lat.get('p50'), 2)} / {_f(lat.get('p99'), 2)} |"
+            )
+    if sa.get("latency"):
+        lines += [
+            "",
+            "## Single-message latency (one producer, one message per request)",
+            "",
+            "| system | p50 ms | p99 ms | p50 / peer | p99 / peer |",
+            "| --- | ---: | ---: | ---: | ---: |",
+        ]
+        for c in sa["latency"]:
+            lines.append(
+                f"| {c['system']} | {_mmm(c['p50_ms'], 3)} | {_mmm(c['p99_ms'], 3)} | "
+                f"{_x(c.get('p50_ms_ratio_to_peer'))} | {_x(c.get('p99_ms_ratio_to_peer'))} |"
+            )
+    lag = results.get("lag", {})
+    if lag.get("systems"):
+        lines += [
+            "",
+            "## Replication lag under sustained load",
+            "",
+            f"{lag['offered_msgs_per_s']:,} msgs/s offered (batches of {lag['batch']}, "
+            f"{lag['producers']} producers) for {lag['seconds']} s; offsets sampled every 20 ms.",
+            "",
+            "| system | achieved msgs/s | lag p50 bytes | lag p99 bytes | lag max bytes | lag p99 ms at rate |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for system, entry in lag["systems"].items():
+            lines.append(
+                f"| {system} | {_mmm(entry['achieved_msgs_per_s'])} | {_mmm(entry['lag_p50_bytes'])} | "
+                f"{_mmm(entry['lag_p99_bytes'])} | {_mmm(entry['lag_max_bytes'])} | {_mmm(entry['lag_p99_ms'], 2)} |"
+            )
+    pull = results.get("pull", {})
+    if any(isinstance(v, dict) for v in pull.values()):
+        lines += [
+            "",
+            "## Pull throughput (habroker master, backlog in the page cache)",
+            "",
+            f"Backlog {pull.get('backlog_messages', 0):,} messages, up to {pull.get('max_per_pull')} per pull, one queue per consumer.",
+            "",
+            "| consumers | msgs/s | MB/s | vs seq. write (256 KiB) |",
+            "| ---: | ---: | ---: | ---: |",
+        ]
+        for entry in pull.values():
+            if isinstance(entry, dict) and "mb_per_s" in entry:
+                lines.append(
+                    f"| {entry['consumers']} | {_mmm(entry['msgs_per_s'])} | {_mmm(entry['mb_per_s'], 1)} | "
+                    f"{_x(entry.get('ratio_to_seq_write_256'))} |"
+                )
+    ha, limit, r = catchup_ratio(results)
+    lines += ["", "## Slave catch-up", ""]
+    data = results.get("catchup") or {}
+    if ha is None:
+        lines.append(
+            f"Not measured in this run: {data.get('skipped') or data.get('error') or 'no data'}."
+        )
+    else:
+        lines += [
+            "| catch-up MB/s | loopback limit MB/s | ratio |",
+            "| ---: | ---: | ---: |",
+            f"| {_f(ha)} | {_f(limit)} | {_x(r)} |",
+        ]
+    notes = results.get("notes", [])
+    if notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    if ANALYSIS.exists():  # hand-written: what the profiles say bounds each figure
+        lines += ["", ANALYSIS.read_text().rstrip()]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,171 @@
+"""Run the benchmarks in one go: ``python -m bench.run [--quick] [--only NAME ...]``.
+
+Order: physical limits; then, with habroker (ASYNC and SYNC groups) and Redis running side by
+side, produce, SYNC vs ASYNC + latency, replication lag and pull; then slave catch-up (the
+servers are stopped first). Each module's JSON goes to ``bench/results/NAME.json``, plots beside
+it, and ``docs/benchmarks.md`` is regenerated from the results (a module not run this time keeps
+its previous JSON). Every server started is stopped, also on failure or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from bench import catchup, common, lag, limits, plot, produce, pull, report, sync_async, systems
+
+MODULES = ("limits", "produce", "sync_async", "lag", "pull", "catchup")
+NEEDS_SERVERS = {"produce", "sync_async", "lag", "pull"}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="tiny sizes, 1 repetition: a smoke test")
+    p.add_argument("--only", action="append", choices=MODULES, help="run only this (repeatable)")
+    p.add_argument("--reps", type=int, help="repetitions (default 3; quick 1)")
+    p.add_argument("--duration", type=float, help="seconds per throughput measurement")
+    p.add_argument("--catchup-size", help="catch-up backlog, e.g. 2G, 512M (default 2G)")
+    p.add_argument("--no-redis", action="store_true", help="habroker and limits only")
+    p.add_argument("--results-dir", type=Path, default=common.RESULTS_DIR)
+    p.add_argument("--docs", type=Path, default=common.ROOT / "docs" / "benchmarks.md")
+    p.add_argument("--scratch", type=Path, default=common.SCRATCH_DIR)
+    p.add_argument(
+        "--report-only",
+        action="store_true",
+        help="run nothing: regenerate plots and docs from the JSON in --results-dir",
+    )
+    p.add_argument("--max-seconds", type=float, default=1500, help="skip what would start later")
+    return p.parse_args(argv)
+
+
+def settings_from(args: argparse.Namespace) -> common.Settings:
+    s = (
+        common.Settings.quick_mode(args.scratch)
+        if args.quick
+        else common.Settings(scratch=args.scratch)
+    )
+    if args.reps:
+        s.reps = args.reps
+    if args.duration:
+        s.duration = args.duration
+    if args.catchup_size:
+        s.catchup_size = args.catchup_size
+    return s
+
+
+def load_previous(results_dir: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in MODULES:
+        path = results_dir / f"{name}.json"
+        if path.exists():
+            with contextlib.suppress(ValueError):
+                out[name] = json.loads(path.read_text())
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    settings = settings_from(args)
+    common.install_signal_handlers()
+    wanted = [] if args.report_only else list(args.only or MODULES)
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    settings.scratch.mkdir(parents=True, exist_ok=True)
+    keep = args.only or args.report_only
+    results = load_previous(args.results_dir) if keep else {}
+    if args.report_only:
+        with contextlib.suppress(OSError, ValueError):
+            results["meta"] = json.loads((args.results_dir / "summary.json").read_text())["meta"]
+    started = time.monotonic()
+    meta: dict[str, Any] = {
+        "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "quick": settings.quick,
+        "reps": settings.reps,
+        "duration_s": settings.duration,
+        "machine": common.machine_info(),
+        "modules": wanted,
+    }
+    failed: list[str] = []
+
+    def attempt(name: str, fn: Any) -> None:
+        if time.monotonic() - started > args.max_seconds:
+            results[name] = {"skipped": f"run exceeded --max-seconds={args.max_seconds:.0f}"}
+            failed.append(name)
+            return
+        print(f"[bench] {name} ...", flush=True)
+        t0 = time.monotonic()
+        try:
+            results[name] = fn()
+        except Exception as exc:
+            traceback.print_exc()
+            results[name] = {"error": f"{type(exc).__name__}: {exc}"}
+            failed.append(name)
+        if isinstance(results[name], dict):
+            results[name]["elapsed_s"] = round(time.monotonic() - t0, 1)
+        print(f"[bench] {name} done in {time.monotonic() - t0:.1f} s", flush=True)
+
+    try:
+        if "limits" in wanted:
+            attempt("limits", lambda: limits.run(settings))
+        server_modules = [m for m in wanted if m in NEEDS_SERVERS]
+        if server_modules:
+            with (
+                common.scratch_dir(settings, "systems") as root,
+                systems.started(root, redis=not args.no_redis) as running,
+            ):
+                meta["systems"] = running.describe()
+                if not running.redis and not args.no_redis:
+                    meta.setdefault("notes", []).append(
+                        "redis-server is not installed (bench/setup_redis.sh installs it): "
+                        "no peer figures"
+                    )
+                for name in server_modules:
+                    module = {
+                        "produce": produce,
+                        "sync_async": sync_async,
+                        "lag": lag,
+                        "pull": pull,
+                    }[name]
+                    attempt(name, lambda module=module: module.run(running, settings))
+        if "catchup" in wanted:
+            attempt(
+                "catchup",
+                lambda: catchup.run(settings, args.results_dir / "ha_catchup.json"),
+            )
+    finally:
+        common.stop_all()
+    meta["elapsed_s"] = time.monotonic() - started
+    if args.report_only:
+        meta = results.get("meta", meta)
+    results["meta"] = {**results.get("meta", {}), **meta} if args.only else meta
+    report.add_ratios(results)
+    results["goals"] = report.goals(results)
+    results["notes"] = meta.get("notes", [])
+    for name in MODULES:
+        if name in results and name in wanted:
+            (args.results_dir / f"{name}.json").write_text(
+                json.dumps(results[name], indent=1) + "\n"
+            )
+    summary = {k: results[k] for k in ("meta", "goals", "notes")}
+    (args.results_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    plot.all_plots(results, args.results_dir)
+    args.docs.parent.mkdir(parents=True, exist_ok=True)
+    args.docs.write_text(report.markdown(results))
+    for g in results["goals"]:
+        mark = {True: "met", False: "MISSED", None: "n/a"}[g["met"]]
+        value = "-" if g["value"] is None else f"{g['value']:.2f}x"
+        print(f"[bench] {mark:6} {value:>7} (target {g['target']}x)  {g['goal']}")
+    print(f"[bench] results in {args.results_dir}, table in {args.docs}")
+    if failed:
+        print(f"[bench] failed or skipped: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,3 @@
+module e2e.local/pause
+
+go 1.22

@@ -1,0 +1,168 @@
+"""A minimal dynamic volume provisioner for the local e2e cluster.
+
+Kind ships a local-path provisioner; this gives our binary-built cluster the
+same behaviour: a PVC of the default class gets a `local` PersistentVolume
+backed by a fresh directory under the cluster's state dir, and the directory
+goes away when the claim is deleted. It runs on the host (no image needed) and
+talks to the apiserver with its own client certificate, using only the
+standard library. Single node, so every volume gets that node's affinity.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shutil
+import ssl
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+PROVISIONER = "e2e.brokergroup.io/local-dir"
+SELECTED_NODE = "volume.kubernetes.io/selected-node"
+PROVISIONED_BY = "pv.kubernetes.io/provisioned-by"
+
+Obj = dict[str, Any]
+log = logging.getLogger("provisioner")
+
+
+class Api:
+    """Just enough of the Kubernetes REST API: JSON in, JSON out."""
+
+    def __init__(self, server: str, pki: Path) -> None:
+        self.server = server.rstrip("/")
+        self.ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        self.ctx.load_cert_chain(str(pki / "provisioner.crt"), str(pki / "provisioner.key"))
+
+    def call(self, method: str, path: str, body: Obj | None = None) -> Obj:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.server + path, data=data, method=method)
+        req.add_header("Accept", "application/json")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(req, context=self.ctx, timeout=10) as resp:
+            result: Obj = json.load(resp)
+            return result
+
+
+def our_classes(api: Api) -> dict[str, Obj]:
+    items = api.call("GET", "/apis/storage.k8s.io/v1/storageclasses")["items"]
+    return {sc["metadata"]["name"]: sc for sc in items if sc.get("provisioner") == PROVISIONER}
+
+
+def wants_volume(pvc: Obj, classes: dict[str, Obj]) -> Obj | None:
+    """Return the claim's class if this claim is ours and ready to provision."""
+    spec, meta = pvc["spec"], pvc["metadata"]
+    sc = classes.get(spec.get("storageClassName") or "")
+    if sc is None or spec.get("volumeName") or pvc.get("status", {}).get("phase") != "Pending":
+        return None
+    if meta.get("deletionTimestamp") or spec.get("volumeMode", "Filesystem") != "Filesystem":
+        return None
+    if sc.get("volumeBindingMode") == "WaitForFirstConsumer" and SELECTED_NODE not in meta.get(
+        "annotations", {}
+    ):
+        return None
+    return sc
+
+
+def provision(api: Api, pvc: Obj, sc: Obj, volumes: Path, node: str) -> None:
+    meta = pvc["metadata"]
+    name = f"pvc-{meta['uid']}"
+    path = volumes / name
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o777)  # like kind's local-path: non-root pods can write without fsGroup
+    pv: Obj = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name, "annotations": {PROVISIONED_BY: PROVISIONER}},
+        "spec": {
+            "capacity": {"storage": pvc["spec"]["resources"]["requests"]["storage"]},
+            "accessModes": pvc["spec"].get("accessModes") or ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": sc.get("reclaimPolicy", "Delete"),
+            "storageClassName": sc["metadata"]["name"],
+            "volumeMode": "Filesystem",
+            "claimRef": {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "namespace": meta["namespace"],
+                "name": meta["name"],
+                "uid": meta["uid"],
+            },
+            "local": {"path": str(path)},
+            "nodeAffinity": {
+                "required": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {
+                                    "key": "kubernetes.io/hostname",
+                                    "operator": "In",
+                                    "values": [node],
+                                }
+                            ]
+                        }
+                    ]
+                }
+            },
+        },
+    }
+    try:
+        api.call("POST", "/api/v1/persistentvolumes", pv)
+        log.info("provisioned %s for %s/%s", name, meta["namespace"], meta["name"])
+    except urllib.error.HTTPError as e:
+        if e.code != 409:  # already created on an earlier pass
+            raise
+
+
+def reclaim(api: Api, pv: Obj, volumes: Path) -> None:
+    """Delete a released volume of ours: its directory, then the object."""
+    name = pv["metadata"]["name"]
+    path = Path(pv["spec"].get("local", {}).get("path", ""))
+    if path.parent == volumes and path.name == name:
+        shutil.rmtree(path, ignore_errors=True)
+    try:
+        api.call("DELETE", f"/api/v1/persistentvolumes/{name}")
+        log.info("deleted released volume %s", name)
+    except urllib.error.HTTPError as e:
+        if e.code != 404:
+            raise
+
+
+def sync_once(api: Api, volumes: Path, node: str) -> None:
+    classes = our_classes(api)
+    for pvc in api.call("GET", "/api/v1/persistentvolumeclaims")["items"]:
+        sc = wants_volume(pvc, classes)
+        if sc is not None:
+            provision(api, pvc, sc, volumes, node)
+    for pv in api.call("GET", "/api/v1/persistentvolumes")["items"]:
+        ours = pv["metadata"].get("annotations", {}).get(PROVISIONED_BY) == PROVISIONER
+        released = pv.get("status", {}).get("phase") in ("Released", "Failed")
+        if ours and released and pv["spec"].get("persistentVolumeReclaimPolicy") == "Delete":
+            reclaim(api, pv, volumes)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--server", required=True)
+    ap.add_argument("--pki-dir", type=Path, required=True)
+    ap.add_argument("--volumes-dir", type=Path, required=True)
+    ap.add_argument("--node", required=True)
+    ap.add_argument("--interval", type=float, default=1.0)
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    api = Api(args.server, args.pki_dir)
+    volumes: Path = args.volumes_dir.resolve()
+    volumes.mkdir(parents=True, exist_ok=True)
+    while True:
+        try:
+            sync_once(api, volumes, args.node)
+        except (OSError, urllib.error.URLError, KeyError, ValueError) as e:
+            log.warning("sync failed, retrying: %s", e)
+        time.sleep(args.interval)
+
+
+if __name__ == "__main__":
+    main()

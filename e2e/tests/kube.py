@@ -1,0 +1,94 @@
+"""kubectl for the end-to-end suite: JSON results, clear failures, patient waits.
+
+Everything goes through `kubectl`, the one tool every cluster we run on has
+(kind or the local binary-built cluster), so the suite needs no client library.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from typing import Any
+
+
+class Kube:
+    """kubectl with the suite's kubeconfig, JSON results and clear failures."""
+
+    def __init__(self, kubectl: str, kubeconfig: str) -> None:
+        self.kubectl = kubectl
+        self.env = {**os.environ, "KUBECONFIG": kubeconfig}
+
+    def run(
+        self, *args: str, stdin: str | None = None, timeout: float = 120, check: bool = True
+    ) -> str:
+        res = subprocess.run(
+            [self.kubectl, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=timeout,
+        )
+        if check and res.returncode != 0:
+            raise AssertionError(
+                f"kubectl {' '.join(args)} failed ({res.returncode}): {res.stderr.strip()}"
+            )
+        return res.stdout
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.run(*args, "-o", "json"))
+
+    def apply(self, namespace: str, *objects: dict[str, Any]) -> None:
+        doc = json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)})
+        self.run("-n", namespace, "apply", "-f", "-", stdin=doc)
+
+    def wait_ready(self, namespace: str, pod: str, timeout: float = 180) -> None:
+        """Wait for a pod to be Ready; fail early, with its story, if it cannot be."""
+        deadline = time.monotonic() + timeout
+        while True:
+            obj = self.json("-n", namespace, "get", "pod", pod, "--ignore-not-found")
+            status = obj.get("status", {}) if obj else {}
+            conditions = {c["type"]: c["status"] for c in status.get("conditions", [])}
+            if conditions.get("Ready") == "True":
+                return
+            problem = _stuck(status)
+            if problem or time.monotonic() > deadline:
+                why = problem or f"not Ready in {timeout:.0f}s"
+                describe = self.run("-n", namespace, "describe", "pod", pod, check=False)
+                logs = self.run(
+                    "-n", namespace, "logs", pod, "--all-containers", "--tail=40", check=False
+                )
+                raise AssertionError(
+                    f"pod {namespace}/{pod}: {why}\n{describe}\n--- logs ---\n{logs}"
+                )
+            time.sleep(1)
+
+    def exec(self, namespace: str, pod: str, *command: str, timeout: float = 60) -> str:
+        return self.run("-n", namespace, "exec", pod, "--", *command, timeout=timeout)
+
+
+# Waiting reasons that will not fix themselves within a test's patience.
+_HOPELESS = {
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "ErrImageNeverPull",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+}
+
+
+def _stuck(status: dict[str, Any]) -> str | None:
+    for c in status.get("containerStatuses", []) + status.get("initContainerStatuses", []):
+        waiting = c.get("state", {}).get("waiting", {})
+        if waiting.get("reason") in _HOPELESS:
+            hint = (
+                " (is the image loaded into the cluster?)" if "Image" in waiting["reason"] else ""
+            )
+            return f"container {c['name']}: {waiting['reason']}: {waiting.get('message', '')}{hint}"
+        if c.get("restartCount", 0) >= 2:
+            return f"container {c['name']} restarted {c['restartCount']} times"
+    return None

@@ -1,0 +1,268 @@
+"""One status sweep of one group: poll its brokers, rewire, apply the read policy, take one
+rolling step, and compute the new status. The I/O is here; every decision is made by the pure
+modules. No kopf in this module: the kopf timer calls :func:`sweep` and posts what it returns,
+and tests drive it against real broker processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .brokerapi import BrokerAPI, BrokerAPIError
+from .manifests import master_name, pod_dns, slave_name
+from .policy import (
+    choose_read_broker,
+    config_patch,
+    desired_config,
+    policy_status,
+    subscription_group_updates,
+)
+from .rolling import StsInfo, plan_roll
+from .settings import Settings
+from .spec import GroupSpec, SpecError
+from .status import BrokerReport, Event, Observation, PodInfo, compute_status
+from .wiring import master_target, rewire_plan
+
+Logger = logging.Logger | logging.LoggerAdapter[Any]
+#: (group, pod) -> "host:port" of the broker's HTTP API, or None if it cannot be reached
+Resolver = Callable[[GroupSpec, PodInfo], str | None]
+
+
+@dataclass
+class GroupState:
+    """What the operator remembers about a group between sweeps (in memory only)."""
+
+    read_broker: int | None = None
+    applied_generation: int | None = None
+    apply_error: tuple[str, str] | None = None
+    last_apply: float = 0.0
+
+
+@dataclass
+class SweepResult:
+    status: dict[str, Any]
+    events: list[Event] = field(default_factory=list)
+
+
+def resolver_for(settings: Settings) -> Resolver:
+    """The addressing strategy: pod IP (default) or the pod's stable DNS name."""
+
+    def resolve(group: GroupSpec, pod: PodInfo) -> str | None:
+        if settings.addressing == "dns":
+            service = master_name(group.name) if pod.broker_id == 0 else slave_name(group.name)
+            host = pod_dns(pod.name, service, group.namespace, settings.cluster_domain)
+            return f"{host}:{group.client_port}"
+        return f"{pod.ip}:{group.client_port}" if pod.ip else None
+
+    return resolve
+
+
+def now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+async def _poll(
+    brokers: BrokerAPI, resolve: Resolver, group: GroupSpec, pod: PodInfo | None
+) -> BrokerReport:
+    if pod is None:
+        return BrokerReport(pod=None, error="pod does not exist")
+    if pod.deleting:
+        return BrokerReport(pod=pod, error="pod is being deleted")
+    address = resolve(group, pod)
+    if address is None:
+        return BrokerReport(pod=pod, error="pod has no IP yet")
+    try:
+        return BrokerReport(pod=pod, status=await brokers.status(address))
+    except BrokerAPIError as exc:
+        return BrokerReport(pod=pod, error=str(exc))
+
+
+async def _rewire(
+    brokers: BrokerAPI,
+    resolve: Resolver,
+    settings: Settings,
+    group: GroupSpec,
+    slaves: Mapping[int, BrokerReport],
+    master: BrokerReport,
+    master_moved: bool,
+    logger: Logger,
+) -> list[Event]:
+    target = master_target(
+        group, settings.wiring, master.pod.ip if master.pod else None, settings.cluster_domain
+    )
+    events = []
+    for broker_id, call in rewire_plan(target, slaves, master_moved).items():
+        pod = slaves[broker_id].pod
+        address = resolve(group, pod) if pod else None
+        if address is None:
+            continue
+        try:
+            await brokers.set_master_address(address, call)
+        except BrokerAPIError as exc:
+            logger.warning("rewiring brokerId %s failed: %s", broker_id, exc)
+            continue
+        events.append(
+            Event(
+                "Normal",
+                "SlaveRewired",
+                f"slave brokerId={broker_id} now replicates from {call['haMasterAddress']}",
+            )
+        )
+    return events
+
+
+async def _apply_read_policy(
+    brokers: BrokerAPI,
+    resolve: Resolver,
+    group: GroupSpec,
+    reports: Iterable[BrokerReport],
+    master: BrokerReport,
+    which: int,
+    logger: Logger,
+) -> bool:
+    """Runtime config on every reachable broker, whichBrokerWhenConsumeSlowly on the master's
+    subscription groups (slaves copy them). True when everything is in force."""
+    applied = True
+    desired = desired_config(group.read_policy)
+    for report in reports:
+        if report.pod is None or report.status is None:
+            applied = False
+            continue
+        body = config_patch(desired, report.status)
+        address = resolve(group, report.pod)
+        if not body or address is None:
+            continue
+        try:
+            await brokers.patch_config(address, body)
+        except BrokerAPIError as exc:
+            applied = False
+            logger.warning("read policy on %s failed: %s", report.pod.name, exc)
+    if master.pod is None or master.status is None:
+        return False
+    address = resolve(group, master.pod)
+    if address is None:
+        return False
+    try:
+        groups = await brokers.subscription_groups(address)
+        for name, update in subscription_group_updates(which, groups).items():
+            await brokers.put_subscription_group(address, name, update)
+    except BrokerAPIError as exc:
+        logger.warning("subscription groups on %s: %s", master.pod.name, exc)
+        applied = False
+    return applied
+
+
+def invalid_status(
+    generation: int, previous: Mapping[str, Any], exc: SpecError, now: str
+) -> dict[str, Any]:
+    """The previous status with SpecValid=False and phase Invalid (brokers keep running)."""
+    conditions = [c for c in previous.get("conditions") or [] if c.get("type") != "SpecValid"]
+    prev: Mapping[str, Any] = next(
+        (c for c in previous.get("conditions") or [] if c.get("type") == "SpecValid"), {}
+    )
+    since = prev.get("lastTransitionTime", now) if prev.get("status") == "False" else now
+    conditions.insert(
+        0,
+        {
+            "type": "SpecValid",
+            "status": "False",
+            "reason": exc.reason,
+            "message": str(exc),
+            "lastTransitionTime": since,
+            "observedGeneration": generation,
+        },
+    )
+    return {
+        **previous,
+        "observedGeneration": generation,
+        "phase": "Invalid",
+        "conditions": conditions,
+    }
+
+
+def _reconciled_condition(state: GroupState) -> dict[str, Any]:
+    if state.apply_error:
+        reason, message = state.apply_error
+        return {"type": "Reconciled", "status": "False", "reason": reason, "message": message}
+    return {"type": "Reconciled", "status": "True", "reason": "ChildrenApplied", "message": ""}
+
+
+async def sweep(
+    *,
+    brokers: BrokerAPI,
+    settings: Settings,
+    group: GroupSpec,
+    pods: Sequence[PodInfo],
+    statefulsets: Mapping[str, StsInfo],
+    previous: Mapping[str, Any],
+    state: GroupState,
+    generation: int,
+    delete_pod: Callable[[str], Awaitable[bool]] | None,
+    logger: Logger,
+    resolve: Resolver | None = None,
+    now: str | None = None,
+) -> SweepResult:
+    resolve = resolve or resolver_for(settings)
+    now = now or now_iso()
+    pods = [p for p in pods if p.broker_id <= group.slaves]
+    by_id = {p.broker_id: p for p in pods if not p.deleting}
+    by_id.update({p.broker_id: p for p in pods if p.broker_id not in by_id})
+    ids = list(range(0, group.slaves + 1))
+    reports = await asyncio.gather(*(_poll(brokers, resolve, group, by_id.get(i)) for i in ids))
+    master, slaves = reports[0], dict(zip(ids[1:], reports[1:], strict=True))
+
+    prev_master = previous.get("master") or {}
+    new_address = f"{master.pod.ip}:{group.client_port}" if master.pod and master.pod.ip else None
+    moved = bool(
+        prev_master.get("address") and new_address and prev_master["address"] != new_address
+    )
+    events = await _rewire(brokers, resolve, settings, group, slaves, master, moved, logger)
+
+    extra = [_reconciled_condition(state)]
+    observed = state.applied_generation if state.applied_generation is not None else generation
+    draft, _ = compute_status(
+        group, observed, Observation(master, slaves, extra_conditions=extra), previous, now
+    )
+    current = state.read_broker
+    if current is None:
+        current = (previous.get("readPolicy") or {}).get("whichBrokerWhenConsumeSlowly")
+    which, why = choose_read_broker(
+        group.read_policy, draft["slaves"], current, settings.auto_hysteresis_bytes
+    )
+    if which != state.read_broker:
+        logger.info("read policy: whichBrokerWhenConsumeSlowly=%s (%s)", which, why)
+    state.read_broker = which
+    applied = await _apply_read_policy(brokers, resolve, group, reports, master, which, logger)
+
+    decision = plan_roll(
+        [p for p in pods if p.broker_id == 0],
+        [p for p in pods if p.broker_id > 0],
+        statefulsets.get(master_name(group.name)),
+        statefulsets.get(slave_name(group.name)),
+        draft["slaves"],
+        group.slaves,
+    )
+    if decision.delete and delete_pod is not None:
+        logger.info("rolling: %s", decision.message)
+        if await delete_pod(decision.delete):
+            events.append(Event("Normal", "RollingRestart", decision.message))
+
+    final, transitions = compute_status(
+        group,
+        observed,
+        Observation(
+            master=master,
+            slaves=slaves,
+            read_policy=policy_status(group.read_policy, which, applied),
+            rollout=decision.as_status(),
+            extra_conditions=extra,
+        ),
+        previous,
+        now,
+    )
+    return SweepResult(status=final, events=events + transitions)

@@ -1,0 +1,65 @@
+"""Smoke test of the benchmark code: ``python -m bench.run --quick`` end to end.
+
+It proves the harness works (servers start and stop, load generators, JSON, plots, markdown);
+it asserts nothing about speed. Redis figures appear only where redis-server is installed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(600)
+def test_quick_run(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    docs = tmp_path / "benchmarks.md"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.run",
+            "--quick",
+            "--results-dir",
+            str(results),
+            "--docs",
+            str(docs),
+            "--scratch",
+            str(tmp_path / "scratch"),
+            "--max-seconds",
+            "480",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for name in ("limits", "produce", "sync_async", "lag", "pull", "summary"):
+        assert (results / f"{name}.json").exists(), name
+    assert (results / "produce.png").exists()
+    text = docs.read_text()
+    assert "## Goals" in text and "## Produce throughput" in text
+
+    produce = json.loads((results / "produce.json").read_text())
+    habroker = [c for c in produce["cells"] if c["system"].startswith("habroker")]
+    assert habroker
+    for cell in habroker:
+        # every request of every system got a stored, replicated (SYNC) answer
+        assert cell["requests"] > 0, cell
+        assert cell["not_ok_requests"] == 0, cell
+    lag = json.loads((results / "lag.json").read_text())
+    assert lag["systems"]["habroker_async"]["runs"][0]["samples"] > 0
+    pull = json.loads((results / "pull.json").read_text())
+    assert pull["1"]["msgs_per_s"]["median"] > 0
+    # nothing left running: every server was started by PID and stopped
+    leftover = subprocess.run(
+        ["pgrep", "-f", str(tmp_path)], capture_output=True, text=True
+    ).stdout.strip()
+    assert not leftover, leftover

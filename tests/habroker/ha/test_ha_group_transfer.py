@@ -1,0 +1,44 @@
+"""GroupTransferService on its own: ordering, one-pass release, deadlines."""
+
+from __future__ import annotations
+
+import asyncio
+
+from habroker.ha import GroupTransferService
+
+
+async def test_one_ack_releases_every_covered_waiter_and_no_other() -> None:
+    gts = GroupTransferService()
+    futures = [gts.put_request(offset, timeout=30) for offset in range(1000, 0, -10)]
+    beyond = gts.put_request(5000, timeout=30)
+    gts.notify_transfer_some(1000)
+    assert all(f.done() and f.result() is True for f in futures)
+    assert not beyond.done()
+    assert gts.waiting == 1 and gts.released_total == len(futures)
+    gts.shutdown()
+    assert beyond.result() is False
+
+
+async def test_deadline_resolves_false_and_ack_never_goes_back() -> None:
+    gts = GroupTransferService()
+    slow = gts.put_request(200, timeout=0.05)
+    assert await slow is False
+    assert gts.timed_out_total == 1 and gts.waiting == 0
+    gts.notify_transfer_some(300)
+    gts.notify_transfer_some(100)  # stale ack: ignored
+    assert gts.acked_offset == 300
+    early = gts.put_request(250, timeout=10)
+    assert early.done() and early.result() is True
+
+
+async def test_cancelled_waiter_does_not_disturb_the_others() -> None:
+    gts = GroupTransferService()
+    gone = gts.put_request(100, timeout=10)
+    kept = gts.put_request(100, timeout=10)
+    waiter = asyncio.ensure_future(gone)
+    await asyncio.sleep(0)
+    waiter.cancel()
+    await asyncio.sleep(0)
+    gts.notify_transfer_some(100)
+    assert kept.result() is True
+    assert gts.waiting == 0

@@ -1,0 +1,251 @@
+"""Retention (fileReservedTime) and the replication hooks (append_to_commit_log and friends)."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+
+from habroker.config import BrokerRole
+from habroker.message import decode_records
+from habroker.store import GetMessageStatus, MessageStore
+
+from .storeutil import FILE_SIZE, commit_log_files, entries, started
+
+BORN = ("10.0.0.9", 40001)
+
+
+def fill(store: MessageStore, batches: int, queues: int = 2) -> None:
+    for i in range(batches):
+        store.put_messages(
+            "T", i % queues, entries(1 + i % 4, 400 + (i * 31) % 600, seed=i), born_host=BORN
+        )
+
+
+def age(paths: list, hours: float) -> None:
+    then = time.time() - hours * 3600
+    for p in paths:
+        os.utime(p, (then, then))
+
+
+# -- retention -----------------------------------------------------------------------------------
+async def test_retention_deletes_old_files_and_advances_min_offsets(tmp_path):
+    store = await started(tmp_path, fileReservedTime=72)
+    try:
+        fill(store, 200)
+        await store.flush()
+        files = commit_log_files(tmp_path)
+        assert len(files) >= 6
+        cq_dir = tmp_path / "consumequeue" / "T" / "0"
+        cq_before = len(list(cq_dir.iterdir()))
+        age(files[:3], 100)  # three oldest files expired
+        result = await store.clean_expired(force=True)
+        assert result.deleted_files == 3
+        assert result.min_offset == store.min_phy_offset == 3 * FILE_SIZE
+        assert [p.name for p in commit_log_files(tmp_path)] == [p.name for p in files[3:]]
+        assert len(list(cq_dir.iterdir())) < cq_before
+        for q in (0, 1):
+            low = store.min_offset_in_queue("T", q)
+            assert low > 0
+            first = store.get_messages("T", q, low, 1)
+            assert first.status is GetMessageStatus.FOUND
+            msg = decode_records(bytes(first.records[0]))[0]
+            assert msg.commit_log_offset >= store.min_phy_offset and msg.queue_offset == low
+            below = store.get_messages("T", q, low - 1, 5)
+            assert below.status is GetMessageStatus.OFFSET_TOO_SMALL
+            assert below.next_begin_offset == low and below.min_offset == low
+            assert store.get_messages("T", q, 0, 5).status is GetMessageStatus.OFFSET_TOO_SMALL
+    finally:
+        await store.shutdown()
+    again = await started(tmp_path)  # min offsets survive a restart
+    try:
+        assert again.min_phy_offset == 3 * FILE_SIZE
+        assert again.get_messages("T", 0, 0, 1).status is GetMessageStatus.OFFSET_TOO_SMALL
+    finally:
+        await again.shutdown()
+
+
+async def test_retention_keeps_fresh_files_and_the_last_one(tmp_path):
+    store = await started(tmp_path, fileReservedTime=1)
+    try:
+        fill(store, 100)
+        await store.flush()
+        files = commit_log_files(tmp_path)
+        assert (await store.clean_expired(force=True)).deleted_files == 0  # all fresh
+        age(files, 5)
+        age(files[1:2], 0)  # a fresh file stops deletion: the log stays contiguous
+        assert (await store.clean_expired(force=True)).deleted_files == 1
+        age(commit_log_files(tmp_path), 5)
+        res = await store.clean_expired(force=True)
+        assert res.deleted_files == len(files) - 2
+        assert commit_log_files(tmp_path) == files[-1:]  # never the current file
+    finally:
+        await store.shutdown()
+
+
+async def test_retention_waits_for_delete_when_hour(tmp_path):
+    other_hour = (time.localtime().tm_hour + 12) % 24
+    store = await started(
+        tmp_path, fileReservedTime=1, deleteWhen=f"{other_hour:02d}", diskMaxUsedSpaceRatio=99
+    )
+    try:
+        fill(store, 60)
+        await store.flush()
+        age(commit_log_files(tmp_path), 5)
+        assert (await store.clean_expired()).deleted_files == 0
+        assert (await store.clean_expired(force=True)).deleted_files > 0
+    finally:
+        await store.shutdown()
+
+
+async def test_units_pointing_below_min_are_skipped(tmp_path):
+    """A queue whose min moved past deleted bytes: a pull from min finds surviving records."""
+    store = await started(tmp_path, fileReservedTime=1)
+    try:
+        for i in range(80):
+            store.put_messages("T", 0, entries(3, 900, seed=i), born_host=BORN)
+        await store.flush()
+        age(commit_log_files(tmp_path)[:2], 5)
+        await store.clean_expired(force=True)
+        res = store.get_messages("T", 0, store.min_offset_in_queue("T", 0), 1000, 1 << 30)
+        assert res.status is GetMessageStatus.FOUND
+        assert res.next_begin_offset == store.max_offset_in_queue("T", 0)
+    finally:
+        await store.shutdown()
+
+
+# -- replication hooks -----------------------------------------------------------------------------
+async def slave_store(root):
+    return await started(root, brokerRole=BrokerRole.SLAVE, brokerId=1)
+
+
+async def test_byte_identical_replica_from_regions(tmp_path):
+    master = await started(tmp_path / "m")
+    slave = await slave_store(tmp_path / "s")
+    rng = random.Random(7)
+    try:
+        fill(master, 250, queues=3)
+        offset = slave.max_phy_offset
+        assert offset == 0
+        while offset < master.max_phy_offset:
+            region = master.get_commit_log_data(offset)
+            assert region is not None
+            view = region.view
+            while len(view):  # frames split records anywhere, like haTransferBatchSize does
+                n = min(len(view), rng.randint(1, 5000))
+                assert slave.append_to_commit_log(offset, view[:n])
+                offset += n
+                view = view[n:]
+                assert slave.dispatched_offset <= slave.max_phy_offset == offset
+        assert slave.dispatched_offset == slave.max_phy_offset == master.max_phy_offset
+        await master.flush()
+        await slave.flush()
+        m_files = commit_log_files(tmp_path / "m")
+        s_files = commit_log_files(tmp_path / "s")
+        assert [p.name for p in m_files] == [p.name for p in s_files]
+        for a, b in zip(m_files, s_files, strict=True):
+            assert a.read_bytes() == b.read_bytes()
+        for q in range(3):
+            m = master.get_messages("T", q, 0, 100_000, 1 << 30)
+            s = slave.get_messages("T", q, 0, 100_000, 1 << 30)
+            assert [bytes(x) for x in m.records] == [bytes(x) for x in s.records]
+            m_cq = sorted((tmp_path / "m" / "consumequeue" / "T" / str(q)).iterdir())
+            s_cq = sorted((tmp_path / "s" / "consumequeue" / "T" / str(q)).iterdir())
+            assert [p.read_bytes() for p in m_cq] == [p.read_bytes() for p in s_cq]
+    finally:
+        await master.shutdown()
+        await slave.shutdown()
+
+
+async def test_partial_record_waits_for_the_rest(tmp_path):
+    master = await started(tmp_path / "m")
+    slave = await slave_store(tmp_path / "s")
+    try:
+        master.put_messages("T", 0, entries(1, 500), born_host=BORN)
+        second = master.put_messages("T", 0, entries(1, 500, seed=3), born_host=BORN)
+        region = master.get_commit_log_data(0)
+        assert region is not None
+        cut = second.wrote_offset + 50
+        assert slave.append_to_commit_log(0, region.view[:cut])
+        assert slave.dispatched_offset == second.wrote_offset  # stopped, not skipped
+        assert slave.max_offset_in_queue("T", 0) == 1
+        assert slave.get_messages("T", 0, 1, 1).status is GetMessageStatus.OFFSET_OVERFLOW_ONE
+        assert slave.append_to_commit_log(cut, region.view[cut:])
+        assert slave.dispatched_offset == second.next_offset
+        assert slave.max_offset_in_queue("T", 0) == 2
+    finally:
+        await master.shutdown()
+        await slave.shutdown()
+
+
+async def test_append_continuity_checks(tmp_path):
+    master = await started(tmp_path / "m")
+    slave = await slave_store(tmp_path / "s")
+    try:
+        fill(master, 60)
+        region = master.get_commit_log_data(0)
+        assert region is not None
+        assert not slave.append_to_commit_log(100, region.view[:10])  # empty log: file start only
+        assert slave.max_phy_offset == 0 and slave.get_commit_log_data(0) is None
+        assert slave.append_to_commit_log(0, region.view[:1000])
+        for wrong in (0, 999, 1001, FILE_SIZE):
+            assert not slave.append_to_commit_log(wrong, region.view[1000:1100])
+        assert slave.max_phy_offset == 1000
+        too_much = bytes(FILE_SIZE)  # would cross the file end
+        assert not slave.append_to_commit_log(1000, too_much)
+        assert slave.max_phy_offset == 1000
+        assert slave.append_to_commit_log(1000, region.view[1000:])
+        assert slave.max_phy_offset == FILE_SIZE  # full file (BLANK and filler included)
+        nxt = master.get_commit_log_data(FILE_SIZE)
+        assert nxt is not None
+        assert slave.append_to_commit_log(FILE_SIZE, nxt.view[:64])  # opens the next file
+        assert [p.name for p in commit_log_files(tmp_path / "s")][-1] == f"{FILE_SIZE:020d}"
+    finally:
+        await master.shutdown()
+        await slave.shutdown()
+
+
+async def test_slave_restart_with_partial_tail_truncates_it(tmp_path):
+    master = await started(tmp_path / "m")
+    slave = await slave_store(tmp_path / "s")
+    try:
+        fill(master, 20)
+        region = master.get_commit_log_data(0)
+        assert region is not None
+        cut = region.size - 30
+        assert slave.append_to_commit_log(0, region.view[:cut])
+        dispatched = slave.dispatched_offset
+        assert dispatched < cut
+    finally:
+        await master.shutdown()
+        await slave.shutdown()
+    assert (tmp_path / "s" / "abort").exists()  # dispatch was behind: recover next time
+    again = await slave_store(tmp_path / "s")
+    try:
+        assert again.max_phy_offset == dispatched == again.dispatched_offset
+    finally:
+        await again.shutdown()
+
+
+async def test_slave_can_start_at_a_later_file(tmp_path):
+    """A slave that copies from the master's last file (haSyncFromLastFile) gets queues whose
+    first units are blank padding; reads start at the first real message."""
+    master = await started(tmp_path / "m")
+    slave = await slave_store(tmp_path / "s")
+    try:
+        fill(master, 150, queues=1)
+        start = master.max_phy_offset - master.max_phy_offset % FILE_SIZE
+        region = master.get_commit_log_data(start)
+        assert region is not None
+        assert slave.append_to_commit_log(start, region.view)
+        assert slave.min_phy_offset == start
+        low = slave.min_offset_in_queue("T", 0)
+        assert low > 0 and slave.max_offset_in_queue("T", 0) == master.max_offset_in_queue("T", 0)
+        res = slave.get_messages("T", 0, low, 1000, 1 << 30)
+        assert res.status is GetMessageStatus.FOUND
+        m = master.get_messages("T", 0, low, 1000, 1 << 30)
+        assert [bytes(x) for x in res.records] == [bytes(x) for x in m.records]
+        assert slave.get_messages("T", 0, 0, 5).status is GetMessageStatus.OFFSET_TOO_SMALL
+    finally:
+        await master.shutdown()
+        await slave.shutdown()
