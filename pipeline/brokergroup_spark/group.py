@@ -110,6 +110,21 @@ class Group:
                 out[(topic, queue)] = (pull.min_offset, pull.max_offset)
         return out
 
+    def discover(self) -> dict[int, str]:
+        """``brokers`` plus the slaves the master's status names (brokerId and HTTP address
+        the slaves announce); the given addresses win."""
+        found = dict(self.brokers)
+        try:
+            status = self._conn(MASTER).json("GET", "/v1/status")
+        except (OSError, BrokerAPIError) as exc:
+            log.warning("slave discovery: the master's status is unavailable (%s)", exc)
+            return found
+        for slave in (status.get("master") or {}).get("slaves") or []:
+            broker_id, address = slave.get("brokerId"), slave.get("listenAddress")
+            if isinstance(broker_id, int) and broker_id > 0 and address:
+                found.setdefault(broker_id, str(address))
+        return found
+
     def commit(self, group: str, offsets: Mapping[Queue, int]) -> None:
         """Report progress to the master's offset table (informational: Spark's checkpoint rules)."""
         conn = self._conn(MASTER)

@@ -36,6 +36,7 @@ READ_OPTIONS = (
     "failOnDataLoss",
     "maxRecordsPerPartition",
     "consumerGroup",
+    "discoverSlaves",
     "pullBatchSize",
     "timeoutMs",
 )
@@ -59,6 +60,7 @@ class ReadOptions:
     fail_on_data_loss: bool
     max_records_per_partition: int | None
     consumer_group: str | None
+    discover_slaves: bool
     pull_batch_size: int
     timeout: float
 
@@ -235,6 +237,7 @@ def parse_read_options(raw: Mapping[str, str], *, streaming: bool) -> ReadOption
         fail_on_data_loss=opts.boolean("failOnDataLoss", True),
         max_records_per_partition=opts.integer("maxRecordsPerPartition", None, 1),
         consumer_group=group,
+        discover_slaves=opts.boolean("discoverSlaves", False),
         pull_batch_size=opts.integer("pullBatchSize", MAX_PULL, 1, MAX_PULL) or MAX_PULL,
         timeout=(opts.integer("timeoutMs", 30_000, 1) or 30_000) / 1000,
     )

@@ -22,11 +22,19 @@ Bounds = Mapping[Queue, tuple[int, int]]  # (minOffset, maxOffset) of each queue
 class QueueRange(InputPartition):
     """One Spark task: queue offsets ``[start, end)`` of one (topic, queueId)."""
 
-    def __init__(self, topic: str, queue_id: int, start: int, end: int) -> None:
+    def __init__(
+        self,
+        topic: str,
+        queue_id: int,
+        start: int,
+        end: int,
+        brokers: dict[int, str] | None = None,
+    ) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.start = start
         self.end = end
+        self.brokers = brokers  # set when the planner discovered slaves beyond ``endpoints``
 
     def __repr__(self) -> str:
         return f"QueueRange({self.topic}/{self.queue_id} [{self.start}, {self.end}))"

@@ -77,10 +77,18 @@ def _append_only(overwrite: bool) -> None:
         )
 
 
+def _with_brokers(
+    parts: list[plan.QueueRange], brokers: dict[int, str] | None
+) -> list[plan.QueueRange]:
+    for part in parts:
+        part.brokers = brokers
+    return parts
+
+
 def read_partition(options: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     """What every task runs: one queue range, pulled and decoded into Arrow."""
     assert isinstance(partition, plan.QueueRange)
-    with Group(options.brokers, options.timeout) as group:
+    with Group(partition.brokers or options.brokers, options.timeout) as group:
         yield from group.read_range(
             partition.topic,
             partition.queue_id,
@@ -99,6 +107,7 @@ class BatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         with Group(self.options.brokers, self.options.timeout) as group:
             bounds = group.bounds(self.options.topics)
+            brokers = group.discover() if self.options.discover_slaves else None
         start = plan.resolve(
             self.options.starting, bounds, name="startingOffsets", default="earliest"
         )
@@ -109,7 +118,9 @@ class BatchReader(DataSourceReader):
                     f"{queue[0]}/{queue[1]}: endingOffsets {end[queue]} is before "
                     f"startingOffsets {offset}"
                 )
-        return plan.ranges(start, end, self.options.max_records_per_partition)
+        return _with_brokers(
+            plan.ranges(start, end, self.options.max_records_per_partition), brokers
+        )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(self.options, partition)
@@ -172,11 +183,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         bounds = self._bounds()
-        return plan.ranges(
-            plan.from_json(start),
-            plan.from_json(end),
-            self.options.max_records_per_partition,
-            bounds,
+        brokers = self.group.discover() if self.options.discover_slaves else None
+        return _with_brokers(
+            plan.ranges(
+                plan.from_json(start),
+                plan.from_json(end),
+                self.options.max_records_per_partition,
+                bounds,
+            ),
+            brokers,
         )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

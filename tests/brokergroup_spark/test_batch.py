@@ -136,3 +136,20 @@ def test_reads_fall_back_to_the_slave_when_the_master_is_down(spark, tmp_path):
         ]
     finally:
         group.stop()
+
+
+def test_slaves_named_by_the_master_serve_backlog_reads(spark, group):
+    produce(group, "discover", queues=1, per_queue=6000, size=200)
+    wait_for(
+        lambda: any(s.get("listenAddress") for s in group.master.status()["master"]["slaves"]),
+        what="the slave's announced address",
+    )
+    df = (
+        spark.read.format("brokergroup")
+        .option("endpoints", group.master.address)  # the master alone, as a client Service
+        .option("topic", "discover")
+        .option("discoverSlaves", "true")
+        .load()
+    )
+    served = {r.brokerId: r["count"] for r in df.groupBy("brokerId").count().collect()}
+    assert served.get(1, 0) > 0 and sum(served.values()) == 6000, served

@@ -12,7 +12,7 @@ from brokergroup_spark.group import Group
 from habroker.client.sync import BrokerConnection
 from habroker.local import LocalGroup
 
-from tests.brokergroup_spark.conftest import produce, read
+from tests.brokergroup_spark.conftest import produce, read, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -25,6 +25,11 @@ def expired(tmp_path_factory):
     ).start()
     try:
         produce(group, "old", queues=1, per_queue=2000, size=100, chunk=100)  # ~380 KB: 6 files
+        # retention only deletes files that are flushed (and dispatched)
+        wait_for(
+            lambda: (st := group.master.status())["flushedOffset"] >= st["maxOffset"],
+            what="the master's flush",
+        )
         files = sorted((group.master.root / "store" / "commitlog").iterdir())
         past = time.time() - 100 * 3600  # fileReservedTime defaults to 72 h
         for path in files[:-1]:
