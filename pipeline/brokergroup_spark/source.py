@@ -52,9 +52,11 @@ class BrokerGroupDataSource(DataSource):
         return SPARK_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        _fixed_schema(schema)
         return BatchReader(parse_read_options(self.options, streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        _fixed_schema(schema)
         return StreamReader(parse_read_options(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
@@ -68,6 +70,14 @@ class BrokerGroupDataSource(DataSource):
         options = parse_write_options(self.options)
         check_input_schema(schema, options)
         return StreamWriter(options, schema)
+
+
+def _fixed_schema(schema: StructType) -> None:
+    if schema != SPARK_SCHEMA:
+        raise OptionError(
+            f"the brokergroup source has a fixed schema ({SPARK_SCHEMA.simpleString()}); "
+            "leave out .schema(...) and select or cast columns after load()"
+        )
 
 
 def _append_only(overwrite: bool) -> None:

@@ -153,3 +153,10 @@ def test_slaves_named_by_the_master_serve_backlog_reads(spark, group):
     )
     served = {r.brokerId: r["count"] for r in df.groupBy("brokerId").count().collect()}
     assert served.get(1, 0) > 0 and sum(served.values()) == 6000, served
+
+
+def test_a_user_schema_is_refused(spark, group, small_topic):
+    reader = spark.read.format("brokergroup").schema("body binary")
+    reader = reader.option("endpoints", group.endpoints).option("topic", small_topic)
+    with pytest.raises(Exception, match="fixed schema"):
+        reader.load().count()
