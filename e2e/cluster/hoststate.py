@@ -86,9 +86,22 @@ def kubepods_cgroups() -> list[str]:
     return sorted(str(p) for p in CGROUP_ROOT.glob("*/kubepods*")) if CGROUP_ROOT.exists() else []
 
 
+# What the kubelet writes (protectKernelDefaults off). Finding all of them
+# before `up` means an earlier cluster's teardown never ran to the end.
+KUBELET_TUNABLES = {"vm.overcommit_memory": "1", "kernel.panic": "10", "kernel.panic_on_oops": "1"}
+
+
 def save(d: Path) -> None:
     d.mkdir(parents=True, exist_ok=True)
-    (d / "sysctl.json").write_text(json.dumps(read_sysctls(), indent=1))
+    values = read_sysctls()
+    if all(values.get(k) == v for k, v in KUBELET_TUNABLES.items()):
+        print(
+            "hoststate: warning: the host already has a kubelet's sysctls "
+            f"({KUBELET_TUNABLES}); an earlier cluster was not torn down. "
+            "They are saved as found, and `down` will put these values back.",
+            file=sys.stderr,
+        )
+    (d / "sysctl.json").write_text(json.dumps(values, indent=1))
     (d / "nft.json").write_text(json.dumps(nft_ruleset()))
     (d / "iptables-legacy.txt").write_text(legacy_rules())
     netns = sorted(os.listdir(NETNS_DIR)) if NETNS_DIR.exists() else None

@@ -6,10 +6,12 @@ set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 need_root
-need ip nft iptables containerd runc ctr openssl curl python3 setsid
+need ip ss nft iptables containerd runc ctr openssl curl python3 setsid findmnt
 for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl coredns pause; do
   [[ -x $BIN_DIR/$b ]] || die "$BIN_DIR/$b missing; run: make -f e2e/e2e.mk cluster-build (and cluster-deps)"
 done
+# Unix socket paths are limited to 107 bytes.
+((${#CTRD_SOCK} + 6 <= 107)) || die "checkout path too long for containerd's socket ($CTRD_SOCK); set E2E_CLUSTER_DIR to a shorter directory"
 [[ -d /usr/lib/cni && -x /usr/lib/cni/bridge ]] || die "CNI plugins missing in /usr/lib/cni (Debian containernetworking-plugins)"
 
 owner="$(node_if_owner)"
