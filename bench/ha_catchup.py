@@ -6,11 +6,15 @@ Each run measures, in separate processes as deployed (master and slave do not sh
   that does ``recv_into`` a preallocated buffer and ``os.write`` to a file: the least work any
   Python slave must do, on this machine, right now;
 * ``ha``: a master process (MessageStore + HAService) and a fresh slave process (MessageStore +
-  HAClient); the time from the slave's start until its max offset equals the master's.
+  HAClient); the time from the slave's start until its max offset equals the master's and
+  every record is dispatched (the store indexes records as it appends them);
+* ``ha_copy_only`` (diagnostic): the same with the slave store's dispatcher switched off, to
+  show how much of the slave's time is the HA path and how much is indexing records.
 
-Runs alternate the two (order flipped every run) because the machine's speed drifts; the
-result is min/median/max of each and the ratio of medians. JSON goes to
-``bench/results/ha_catchup.json`` and a plot beside it.
+Runs rotate the order (the machine's speed drifts); the result is min/median/max of each,
+CPU seconds per GB on each side (what the transfer costs, whatever the machine's load), and
+the ratio of medians. JSON goes
+to ``bench/results/ha_catchup.json`` and a plot beside it.
 
     python -m bench.ha_catchup                 # 2 GiB backlog, 3 runs
     python -m bench.ha_catchup --size 256M --runs 5 --profile
@@ -108,6 +112,7 @@ def child_limit_recv(args: dict[str, Any]) -> None:
         conn, _ = server.accept()
     buf = bytearray(4 * 1024 * 1024)
     view = memoryview(buf)
+    cpu0 = time.process_time()
     fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     got = 0
     start = time.perf_counter()
@@ -122,12 +127,14 @@ def child_limit_recv(args: dict[str, Any]) -> None:
             got += n
     seconds = time.perf_counter() - start
     os.close(fd)
-    print(json.dumps({"seconds": seconds, "bytes": got}), flush=True)
+    cpu = time.process_time() - cpu0
+    print(json.dumps({"seconds": seconds, "bytes": got, "cpu": cpu}), flush=True)
 
 
 def child_limit_send(args: dict[str, Any]) -> None:
     files = sorted(Path(args["dir"]).iterdir())
     left = args["total"]
+    cpu0 = time.process_time()
     with socket.create_connection(("127.0.0.1", args["port"])) as sock:
         for path in files:
             if left <= 0:
@@ -138,6 +145,7 @@ def child_limit_send(args: dict[str, Any]) -> None:
                 while pos < size:
                     pos += os.sendfile(sock.fileno(), f.fileno(), pos, size - pos)
             left -= size
+    print(json.dumps({"cpu": time.process_time() - cpu0}), flush=True)
 
 
 def child_master(args: dict[str, Any]) -> None:
@@ -156,7 +164,20 @@ def child_master(args: dict[str, Any]) -> None:
         await service.stop()
         await store.shutdown()
 
-    asyncio.run(main())
+    _run_maybe_profiled(main(), args.get("profile", False))
+
+
+def _run_maybe_profiled(coro: Any, profile: bool) -> Any:
+    if not profile:
+        return asyncio.run(coro)
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    result = prof.runcall(asyncio.run, coro)
+    stats = pstats.Stats(prof, stream=sys.stderr)
+    stats.sort_stats("tottime").print_stats(15)
+    return result
 
 
 def child_slave(args: dict[str, Any]) -> None:
@@ -173,33 +194,25 @@ def child_slave(args: dict[str, Any]) -> None:
         )
         store = MessageStore(config)
         await store.start()
+        if args.get("copy_only"):
+            store.reput.do_reput = lambda: None  # type: ignore[method-assign]
         client = HAClient(config, store)
         target = args["target"]
         start = time.perf_counter()
+        cpu0 = time.process_time()
         await client.start()
         while store.max_phy_offset < target:
             await store.wait_for_new_data(store.max_phy_offset, 1.0)
-        copied = time.perf_counter() - start
         # the store dispatches as it appends; there is no event for it, so poll briefly
-        while store.dispatched_offset < target:  # noqa: ASYNC110
+        while not args.get("copy_only") and store.dispatched_offset < target:  # noqa: ASYNC110
             await asyncio.sleep(0.002)
-        dispatched = time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        cpu = time.process_time() - cpu0
         await client.stop()
         await store.shutdown()
-        return {"seconds": copied, "dispatched_seconds": dispatched, "bytes": store.max_phy_offset}
+        return {"seconds": seconds, "cpu": cpu, "bytes": store.max_phy_offset}
 
-    if args.get("profile"):
-        import cProfile
-        import pstats
-
-        prof = cProfile.Profile()
-        result = prof.runcall(asyncio.run, main())
-        stats = pstats.Stats(prof, stream=sys.stderr)
-        stats.sort_stats("cumulative").print_stats(25)
-        stats.sort_stats("tottime").print_stats(15)
-    else:
-        result = asyncio.run(main())
-    print(json.dumps(result), flush=True)
+    print(json.dumps(_run_maybe_profiled(main(), args.get("profile", False))), flush=True)
 
 
 CHILDREN = {
@@ -237,7 +250,26 @@ def last_json(proc: subprocess.Popen[str], timeout: float) -> dict[str, Any]:
     return dict(json.loads(out.strip().splitlines()[-1]))
 
 
-def run_limit(master_root: Path, work: Path, total: int) -> float:
+class Measured(dict[str, float]):
+    """One transfer: MB/s, and CPU seconds per GB on the receiving and the sending side."""
+
+    @classmethod
+    def of(cls, total: int, seconds: float, recv_cpu: float, send_cpu: float) -> Measured:
+        gb = total / 1e9
+        return cls(
+            MBps=round(total / seconds / 1e6, 1),
+            recv_cpu_s_per_GB=round(recv_cpu / gb, 3),
+            send_cpu_s_per_GB=round(send_cpu / gb, 3),
+        )
+
+
+def process_cpu(pid: int) -> float:
+    """utime + stime of a running process, in seconds (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_limit(master_root: Path, work: Path, total: int) -> Measured:
     port = free_port()
     out = work / "limit.out"
     recv = spawn("limit-recv", {"port": port, "total": total, "out": str(out)})
@@ -246,36 +278,40 @@ def run_limit(master_root: Path, work: Path, total: int) -> float:
         "limit-send", {"port": port, "total": total, "dir": str(master_root / "commitlog")}
     )
     result = last_json(recv, timeout=600)
-    send.wait(timeout=60)
+    sent = last_json(send, timeout=60)
     out.unlink(missing_ok=True)
-    return total / result["seconds"] / 1e6
+    return Measured.of(total, result["seconds"], result["cpu"], sent["cpu"])
 
 
-def run_ha(
-    master_root: Path, work: Path, args: dict[str, Any], target: int, profile: bool
-) -> tuple[float, float]:
-    port = free_port()
-    master = spawn(
-        "master", {**args, "root": str(master_root), "port": port}, stdin=subprocess.PIPE
+def run_slave(
+    work: Path,
+    args: dict[str, Any],
+    master: subprocess.Popen[str],
+    port: int,
+    target: int,
+    copy_only: bool,
+    profile: bool,
+) -> Measured:
+    slave_root = work / "slave"
+    shutil.rmtree(slave_root, ignore_errors=True)
+    master_cpu = process_cpu(master.pid)
+    slave = spawn(
+        "slave",
+        {
+            **args,
+            "root": str(slave_root),
+            "port": port,
+            "target": target,
+            "profile": profile,
+            "copy_only": copy_only,
+        },
     )
     try:
-        wait_ready(master)
-        slave_root = work / "slave"
-        shutil.rmtree(slave_root, ignore_errors=True)
-        slave = spawn(
-            "slave",
-            {**args, "root": str(slave_root), "port": port, "target": target, "profile": profile},
-        )
         result = last_json(slave, timeout=1800)
+        master_cpu = process_cpu(master.pid) - master_cpu
     finally:
-        if master.stdin is not None:
-            master.stdin.close()
-        try:
-            master.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            master.kill()
-    shutil.rmtree(work / "slave", ignore_errors=True)
-    return target / result["seconds"] / 1e6, target / result["dispatched_seconds"] / 1e6
+        shutil.rmtree(slave_root, ignore_errors=True)
+    return Measured.of(target, result["seconds"], result["cpu"], master_cpu)
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -294,25 +330,27 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
     labels = [
         "loopback limit\n(sendfile→recv_into→write)",
-        "HA catch-up\n(copied)",
-        "HA catch-up\n(copied + dispatched)",
+        "HA catch-up\n(fresh slave)",
+        "diagnostic: HA path only\n(slave dispatcher off)",
     ]
-    keys = ["limit_MBps", "ha_MBps", "ha_dispatched_MBps"]
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    keys = ["limit_MBps", "ha_MBps", "ha_copy_only_MBps"]
+    fig, ax = plt.subplots(figsize=(7.5, 4.4))
     for i, key in enumerate(keys):
         values = [run[key] for run in result["runs"]]
         med = statistics.median(values)
-        ax.bar(i, med, color=["#888888", "#2a7ab0", "#7fb3d5"][i], width=0.6)
+        ax.bar(i, med, color=["#888888", "#2a7ab0", "#b0b0d8"][i], width=0.6)
         ax.errorbar(
             i, med, yerr=[[med - min(values)], [max(values) - med]], color="black", capsize=6
         )
         ax.scatter([i] * len(values), values, color="black", s=10, zorder=3)
-        ax.text(i, med, f"{med:.0f}", ha="center", va="bottom")
+        ax.text(i + 0.32, med, f"{med:.0f}", ha="left", va="center")
+    for run in result["runs"]:  # one line per run: the figures taken side by side
+        ax.plot(range(len(keys)), [run[k] for k in keys], color="#999999", lw=0.7, zorder=2)
     ax.set_xticks(range(len(keys)), labels)
-    ax.set_ylabel("MB/s (median, min-max, each run a dot)")
+    ax.set_ylabel("MB/s (bar: median; dots joined: one run)")
     ax.set_title(
         f"Fresh slave copying {result['size'] / 2**20:.0f} MiB "
-        f"(ratio of medians {result['ratio_median']:.2f})"
+        f"(HA/limit per run, median: {result['ratio_per_run_median']:.2f})"
     )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -330,6 +368,7 @@ def main() -> None:
     parser.add_argument("--workdir", default=None, help="where the stores go (default: tmp)")
     parser.add_argument("--out", default=str(RESULTS / "ha_catchup.json"))
     parser.add_argument("--profile", action="store_true", help="cProfile the slave (run 1)")
+    parser.add_argument("--profile-master", action="store_true", help="cProfile the master")
     opts = parser.parse_args()
     if opts.child:
         CHILDREN[opts.child](json.loads(opts.child_args))
@@ -345,18 +384,35 @@ def main() -> None:
     master_root = work / "master"
     print(f"building a {args['size'] / 2**20:.0f} MiB backlog in {master_root} ...", flush=True)
     target = build_backlog(master_root, args)
+    port = free_port()
+    master = spawn(
+        "master",
+        {**args, "root": str(master_root), "port": port, "profile": opts.profile_master},
+        stdin=subprocess.PIPE,
+    )
+    kinds = ["limit", "ha", "ha_copy_only"]
+    load_before = os.getloadavg()[0]
     runs = []
-    for i in range(opts.runs):
-        order = ["limit", "ha"] if i % 2 == 0 else ["ha", "limit"]
-        run: dict[str, float] = {}
-        for what in order:
-            if what == "limit":
-                run["limit_MBps"] = round(run_limit(master_root, work, target), 1)
-            else:
-                ha, dispatched = run_ha(master_root, work, args, target, opts.profile and i == 0)
-                run["ha_MBps"], run["ha_dispatched_MBps"] = round(ha, 1), round(dispatched, 1)
-        runs.append(run)
-        print(f"run {i + 1}: {run}", flush=True)
+    try:
+        wait_ready(master)
+        for i in range(opts.runs):
+            run: dict[str, float] = {}
+            for kind in kinds[i % 3 :] + kinds[: i % 3]:
+                if kind == "limit":
+                    measured = run_limit(master_root, work, target)
+                else:
+                    profile = opts.profile and i == 0 and kind == "ha"
+                    measured = run_slave(work, args, master, port, target, kind != "ha", profile)
+                run.update({f"{kind}_{key}": value for key, value in measured.items()})
+            runs.append(run)
+            print(f"run {i + 1}: {run}", flush=True)
+    finally:
+        if master.stdin is not None:
+            master.stdin.close()
+        try:
+            master.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            master.kill()
     limit = summary([r["limit_MBps"] for r in runs])
     ha = summary([r["ha_MBps"] for r in runs])
     result = {
@@ -368,12 +424,31 @@ def main() -> None:
         "runs": runs,
         "limit_MBps": limit,
         "ha_MBps": ha,
-        "ha_dispatched_MBps": summary([r["ha_dispatched_MBps"] for r in runs]),
+        "ha_copy_only_MBps": summary([r["ha_copy_only_MBps"] for r in runs]),
+        "cpu_s_per_GB_median": {
+            k: {
+                side: round(statistics.median(r[f"{k}_{side}_cpu_s_per_GB"] for r in runs), 3)
+                for side in ("recv", "send")
+            }
+            for k in kinds
+        },
         "ratio_median": round(ha["median"] / limit["median"], 3),
+        # the same run's two figures side by side: less exposed to the machine's drift
+        "ratio_per_run": [round(r["ha_MBps"] / r["limit_MBps"], 3) for r in runs],
+        "ratio_per_run_median": round(
+            statistics.median(r["ha_MBps"] / r["limit_MBps"] for r in runs), 3
+        ),
+        "ratio_copy_only_per_run_median": round(
+            statistics.median(r["ha_copy_only_MBps"] / r["limit_MBps"] for r in runs), 3
+        ),
+        "ratio_copy_only_median": round(
+            statistics.median(r["ha_copy_only_MBps"] for r in runs) / limit["median"], 3
+        ),
         "machine": {
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
             "platform": platform.platform(),
+            "loadavg_1m_before_after": [load_before, os.getloadavg()[0]],
         },
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -382,7 +457,15 @@ def main() -> None:
     out.write_text(json.dumps(result, indent=2) + "\n")
     with contextlib.suppress(ImportError):
         plot(result, out.with_suffix(".png"))
-    print(json.dumps({k: result[k] for k in ("limit_MBps", "ha_MBps", "ratio_median")}))
+    keys = (
+        "limit_MBps",
+        "ha_MBps",
+        "ha_copy_only_MBps",
+        "ratio_median",
+        "ratio_per_run",
+        "cpu_s_per_GB_median",
+    )
+    print(json.dumps({k: result[k] for k in keys}))
 
 
 if __name__ == "__main__":

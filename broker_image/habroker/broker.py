@@ -292,6 +292,22 @@ class BrokerController:
         self.stats.pull_messages += result.message_count
         return PullOutcome(result, suggestion)
 
+    def queue_offsets(self, topic: str) -> dict[str, Any]:
+        """Min and max queue offset of every read queue (RocketMQ's topic stats)."""
+        cfg = self.topic_for_read(topic)
+        store = self.store
+        return {
+            "topic": topic,
+            "brokerId": self.config.brokerId,
+            "queues": {
+                str(q): {
+                    "minOffset": store.min_offset_in_queue(topic, q),
+                    "maxOffset": store.max_offset_in_queue(topic, q),
+                }
+                for q in range(cfg.readQueueNums)
+            },
+        }
+
     # -- consumer offsets ------------------------------------------------------------------
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         if self.is_slave:

@@ -223,6 +223,10 @@ async def pull(request: web.Request) -> web.Response:
     return web.Response(body=payload, content_type=RECORDS_CONTENT_TYPE, headers=headers)
 
 
+async def topic_offsets(request: web.Request) -> web.Response:
+    return web.json_response(request.app[BROKER_KEY].queue_offsets(request.match_info["topic"]))
+
+
 async def create_topic(request: web.Request) -> web.Response:
     broker = request.app[BROKER_KEY]
     if broker.is_slave:
@@ -498,6 +502,7 @@ def add_routes(router: web.UrlDispatcher) -> None:
     r = router
     r.add_post("/v1/topics/{topic}/messages", produce)
     r.add_get("/v1/topics/{topic}/queues/{queueId}/messages", pull)
+    r.add_get("/v1/topics/{topic}/offsets", topic_offsets)
     r.add_post("/v1/topics", create_topic)
     r.add_get("/v1/topics", list_topics)
     r.add_put("/v1/subscription-groups/{group}", put_group)

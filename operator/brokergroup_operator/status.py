@@ -2,8 +2,10 @@
 
 The master's view of a slave (its ack offset, ``inSync``) is authoritative because it is what
 SYNC_MASTER writes wait on. The classic HA protocol carries no brokerId, so the master lists
-slaves by the source address of their HA connection; we match that address's host to the slave
-pods' IPs. When the master cannot be reached, a slave's own report is used instead.
+slaves by the source address of their HA connection. We match a slave by, in order: that exact
+address as the slave itself reports it (``slave.localAddress``), the brokerId the slave
+announced to the master, and last the host of the address against the pod's IP. When the master
+cannot be reached, a slave's own report is used instead.
 
 Nothing here reads the clock or the network: ``now`` comes in, events go out as values.
 """
@@ -89,10 +91,14 @@ def master_view_of_slaves(master_status: JSON | None) -> dict[str, JSON]:
         host = _host(entry.get("address"))
         if host is None:
             continue
-        old = entries.get(host)
+        keys = [host, f"addr:{entry['address']}"]
+        if entry.get("brokerId") is not None:
+            keys.append(f"id:{entry['brokerId']}")
         age = entry.get("lastReportAgeMs", 0) or 0
-        if old is None or age < (old.get("lastReportAgeMs", 0) or 0):
-            entries[host] = entry
+        for key in keys:
+            old = entries.get(key)
+            if old is None or age < (old.get("lastReportAgeMs", 0) or 0):
+                entries[key] = entry
     return entries
 
 
@@ -115,8 +121,10 @@ def slave_entry(
         "connected": False,
         "inSync": False,
     }
-    seen = master_view.get(pod.ip) if pod is not None and pod.ip else None
     own = (report.status or {}).get("slave") or {}
+    seen = master_view.get(f"addr:{own.get('localAddress')}") or master_view.get(f"id:{broker_id}")
+    if seen is None and pod is not None and pod.ip:
+        seen = master_view.get(pod.ip)
     if seen is not None:
         entry["ackOffset"] = int(seen.get("ackOffset", 0))
         entry["connected"] = True

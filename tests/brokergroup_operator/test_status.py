@@ -254,6 +254,29 @@ def test_duplicate_master_entries_take_the_latest_report():
     assert status["slaves"][0]["ackOffset"] == 1000
 
 
+def test_slaves_sharing_an_ip_are_told_apart_by_their_ha_address_or_broker_id():
+    """Two slaves behind one IP (host networking, a proxy): the host alone cannot tell them apart."""
+    shared = "10.0.0.50"
+    master = BrokerReport(
+        pod(0, "10.0.0.10"), master_status(1000, [(shared, 400, False), (shared, 1000, True)])
+    )
+    rows = master.status["master"]["slaves"]  # type: ignore[index]
+    s1 = slave_status(1, 400)
+    s1["slave"]["localAddress"] = rows[0]["address"]  # slave 1 names its own HA connection
+    rows[1]["brokerId"] = 2  # slave 2 is known to the master by its announced id
+    obs = Observation(
+        master=master,
+        slaves={
+            1: BrokerReport(pod(1, shared), s1),
+            2: BrokerReport(pod(2, shared), slave_status(2, 1000)),
+        },
+    )
+    status, _ = compute_status(group(), 1, obs, None, T0)
+    by_id = {s["brokerId"]: s for s in status["slaves"]}
+    assert (by_id[1]["ackOffset"], by_id[1]["inSync"]) == (400, False)
+    assert (by_id[2]["ackOffset"], by_id[2]["inSync"]) == (1000, True)
+
+
 # -- policy --------------------------------------------------------------------------------
 def entries(*lags, in_sync=None):
     in_sync = in_sync or [True] * len(lags)

@@ -52,6 +52,17 @@ def test_produce_and_pull_round_trip(broker):
     assert [m.queue_offset for m in res.messages] == list(range(41))
 
 
+def test_topic_offsets(broker):
+    with Producer(broker.address) as producer:
+        producer.send_batch("t", [b"a", b"b", b"c"], queue_id=1)
+    code, body = broker.request("GET", "/v1/topics/t/offsets")
+    assert code == 200 and body["queues"] == {
+        "0": {"minOffset": 0, "maxOffset": 0},
+        "1": {"minOffset": 0, "maxOffset": 3},
+    }
+    assert broker.request("GET", "/v1/topics/nope/offsets")[0] == 404
+
+
 def test_round_robin_when_no_queue_given(broker):
     with Producer(broker.address) as producer:
         queues = [producer.send("t", b"x").queue_id for _ in range(4)]

@@ -51,8 +51,8 @@ def read_all(store: MessageStore, topic: str, queue_id: int, page: int = 13) -> 
         if res.status is not GetMessageStatus.FOUND:
             assert res.status is GetMessageStatus.OFFSET_OVERFLOW_ONE
             return out
-        out.extend(bytes(r) for r in res.records)
-        assert res.next_begin_offset == offset + len(res.records)
+        out.extend(bytes(r) for r in res.record_views())
+        assert res.next_begin_offset == offset + res.message_count
         offset = res.next_begin_offset
 
 
@@ -141,7 +141,7 @@ async def test_batch_moves_whole_to_next_file(tmp_path):
         data = commit_log_files(tmp_path)[0].read_bytes()
         assert struct.unpack_from(">iI", data, before) == (FILE_SIZE - before, BLANK)
         got = store.get_messages("T", 0, res.queue_offset, 10)
-        msgs = decode_records(b"".join(bytes(r) for r in got.records))
+        msgs = decode_records(b"".join(bytes(r) for r in got.record_views()))
         assert len(msgs) == 6
         expected = FILE_SIZE
         for m in msgs:
@@ -167,7 +167,7 @@ async def test_get_message_statuses(tmp_path):
         got = store.get_messages("T", 1, 2, 3)
         assert got.status is GetMessageStatus.FOUND
         assert got.message_count == 3 and got.next_begin_offset == 5
-        last = decode_record(got.records[-1])
+        last = decode_record(got.record_views()[-1])
         # the unit that did not fit was examined too (RocketMQ sets it before the full check)
         assert got.max_phy_offset_pulling == last.commit_log_offset + last.store_size
         size = got.buffer_total_size // 3
@@ -179,7 +179,7 @@ async def test_get_message_statuses(tmp_path):
         assert everything.message_count == 10 and everything.next_begin_offset == 10
         assert (
             everything.max_phy_offset_pulling
-            == decode_record(everything.records[-1]).commit_log_offset
+            == decode_record(everything.record_views()[-1]).commit_log_offset
         )
     finally:
         await store.shutdown()
@@ -192,7 +192,7 @@ async def test_tags_filter(tmp_path):
             store.put_messages("T", 0, entries(1, 10, tag=f"t{i % 2}"), born_host=BORN)
         res = store.get_messages("T", 0, 0, 32, tags_codes={tags_code("t1")})
         assert res.message_count == 5 and res.next_begin_offset == 10
-        assert {decode_record(r).tags for r in res.records} == {"t1"}
+        assert {decode_record(r).tags for r in res.record_views()} == {"t1"}
         none = store.get_messages("T", 0, 0, 32, tags_codes={tags_code("zz")})
         assert none.status is GetMessageStatus.NO_MATCHED_MESSAGE and none.next_begin_offset == 10
     finally:
@@ -231,7 +231,9 @@ async def test_ipv6_born_host_and_store_host(tmp_path):
     store = await started(tmp_path, brokerIP1="::1")
     try:
         res = store.put_messages("T", 0, entries(3), born_host=("2001:db8::7", 5))
-        msgs = decode_records(b"".join(bytes(r) for r in store.get_messages("T", 0, 0, 9).records))
+        msgs = decode_records(
+            b"".join(bytes(r) for r in store.get_messages("T", 0, 0, 9).record_views())
+        )
         assert [m.sys_flag & 0x30 for m in msgs] == [0x30] * 3
         assert msgs[0].born_host == ("2001:db8::7", 5) and msgs[0].store_host == ("::1", 10911)
         assert res.msg_id == msgs[0].msg_id and len(res.msg_id) == 56
@@ -354,5 +356,28 @@ async def test_get_commit_log_data_regions(tmp_path):
         assert store.get_commit_log_data(offset) is None
         mid = store.get_commit_log_data(FILE_SIZE + 10)
         assert mid is not None and mid.size == FILE_SIZE - 10
+    finally:
+        await store.shutdown()
+
+
+async def test_adjacent_records_are_served_as_one_run(tmp_path):
+    store = await started(tmp_path)
+    try:
+        first = store.put_messages("T", 0, entries(10, size=100, seed=1), born_host=BORN)
+        store.put_messages("T", 1, entries(3, size=100, seed=2), born_host=BORN)  # interleaves
+        store.put_messages("T", 0, entries(5, size=100, seed=3), born_host=BORN)
+        whole = store.get_messages("T", 0, 0, 100)
+        assert whole.message_count == 15 and len(whole.records) == 2  # two batches, two runs
+        assert bytes(whole.records[0]) == bytes(
+            store.commit_log.read(first.wrote_offset, first.wrote_bytes)
+        )
+        assert [decode_record(r).queue_offset for r in whole.record_views()] == list(range(15))
+        # limits cut a run at a record boundary
+        part = store.get_messages("T", 0, 2, 3)
+        assert part.message_count == 3 and part.next_begin_offset == 5 and len(part.records) == 1
+        assert [decode_record(r).queue_offset for r in part.record_views()] == [2, 3, 4]
+        four = sum(len(r) for r in whole.record_views()[:4])
+        by_bytes = store.get_messages("T", 0, 0, 100, max_bytes=four + 1)
+        assert by_bytes.message_count == 4 and by_bytes.buffer_total_size == four
     finally:
         await store.shutdown()

@@ -192,7 +192,7 @@ async def test_independently_built_log_is_read_back(tmp_path):
         for (topic, qid), expected in queues.items():
             res = store.get_messages(topic, qid, 0, 10_000, 1 << 30)
             assert res.status is GetMessageStatus.FOUND
-            assert [bytes(x) for x in res.records] == [r.encode() for r in expected]
+            assert [bytes(x) for x in res.record_views()] == [r.encode() for r in expected]
             assert store.max_offset_in_queue(topic, qid) == len(expected)
             units = cq_units(tmp_path, topic, qid)
             assert [(u[0], u[1]) for u in units] == [(r.phys, len(r.encode())) for r in expected]

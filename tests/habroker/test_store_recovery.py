@@ -35,7 +35,7 @@ def snapshot(store: MessageStore, queues: int = 3) -> dict[int, list[bytes]]:
     out = {}
     for q in range(queues):
         res = store.get_messages("T", q, 0, 100_000, 1 << 30)
-        out[q] = [bytes(r) for r in res.records]
+        out[q] = [bytes(r) for r in res.record_views()]
     return out
 
 
@@ -133,7 +133,9 @@ async def test_crc_damage_in_an_older_file_truncates_there(tmp_path):
         assert not (copy / "commitlog" / files[-1].name).exists()
         for q in range(3):
             msgs = decode_records(
-                b"".join(bytes(r) for r in again.get_messages("T", q, 0, 100_000, 1 << 30).records)
+                b"".join(
+                    bytes(r) for r in again.get_messages("T", q, 0, 100_000, 1 << 30).record_views()
+                )
             )
             assert all(m.commit_log_offset + m.store_size <= cut for m in msgs)
             assert [m.queue_offset for m in msgs] == list(range(len(msgs)))
@@ -344,7 +346,7 @@ async def test_sigkill_mid_writes_loses_nothing_acknowledged(tmp_path):
         for q, count in acked.items():
             assert store.max_offset_in_queue("T", q) >= count
             res = store.get_messages("T", q, 0, 100_000, 1 << 30)
-            msgs = decode_records(b"".join(bytes(r) for r in res.records))
+            msgs = decode_records(b"".join(bytes(r) for r in res.record_views()))
             assert [m.queue_offset for m in msgs] == list(range(len(msgs)))
     finally:
         await store.shutdown()

@@ -49,7 +49,7 @@ async def test_retention_deletes_old_files_and_advances_min_offsets(tmp_path):
             assert low > 0
             first = store.get_messages("T", q, low, 1)
             assert first.status is GetMessageStatus.FOUND
-            msg = decode_records(bytes(first.records[0]))[0]
+            msg = decode_records(bytes(first.record_views()[0]))[0]
             assert msg.commit_log_offset >= store.min_phy_offset and msg.queue_offset == low
             below = store.get_messages("T", q, low - 1, 5)
             assert below.status is GetMessageStatus.OFFSET_TOO_SMALL
@@ -148,7 +148,7 @@ async def test_byte_identical_replica_from_regions(tmp_path):
         for q in range(3):
             m = master.get_messages("T", q, 0, 100_000, 1 << 30)
             s = slave.get_messages("T", q, 0, 100_000, 1 << 30)
-            assert [bytes(x) for x in m.records] == [bytes(x) for x in s.records]
+            assert [bytes(x) for x in m.record_views()] == [bytes(x) for x in s.record_views()]
             m_cq = sorted((tmp_path / "m" / "consumequeue" / "T" / str(q)).iterdir())
             s_cq = sorted((tmp_path / "s" / "consumequeue" / "T" / str(q)).iterdir())
             assert [p.read_bytes() for p in m_cq] == [p.read_bytes() for p in s_cq]
@@ -244,7 +244,7 @@ async def test_slave_can_start_at_a_later_file(tmp_path):
         res = slave.get_messages("T", 0, low, 1000, 1 << 30)
         assert res.status is GetMessageStatus.FOUND
         m = master.get_messages("T", 0, low, 1000, 1 << 30)
-        assert [bytes(x) for x in res.records] == [bytes(x) for x in m.records]
+        assert [bytes(x) for x in res.record_views()] == [bytes(x) for x in m.record_views()]
         assert slave.get_messages("T", 0, 0, 5).status is GetMessageStatus.OFFSET_TOO_SMALL
     finally:
         await master.shutdown()

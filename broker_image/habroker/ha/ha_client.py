@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 RECONNECT_BACKOFF_MIN = 1.0
 RECONNECT_BACKOFF_MAX = 5.0
 _YIELD_EVERY = 1 << 20  # bytes received without suspending before letting others run
+_REPORT_EVERY = 4 << 20  # bytes appended between reports while more data is queued
 
 
 class HAClient:
@@ -233,13 +234,25 @@ class HAClient:
 
     # -- frames ------------------------------------------------------------------------------
     async def _read_loop(self, sock: socket.socket) -> None:
+        """Read, append, report.
+
+        The report goes out when the socket is drained (so a caught-up slave acks each frame
+        at once, as SYNC_MASTER producers need) and otherwise every _REPORT_EVERY bytes: during
+        a catch-up a report per read would cost the slave a loopback send per megabyte.
+        """
         loop = asyncio.get_running_loop()
         store = self.store
         view = memoryview(self._buffer)
         await self._report(sock, store.max_phy_offset)
         unyielded = 0
         while True:
-            n = await loop.sock_recv_into(sock, view)
+            try:
+                n = sock.recv_into(view)
+            except (BlockingIOError, InterruptedError):
+                top = store.max_phy_offset
+                if top > self._reported:
+                    await self._report(sock, top)
+                n = await loop.sock_recv_into(sock, view)
             if n == 0:
                 where = ""
                 if self._body_left:
@@ -251,7 +264,7 @@ class HAClient:
             self.received_bytes += n
             self._dispatch(view[:n])
             top = store.max_phy_offset
-            if top > self._reported:
+            if top - self._reported >= _REPORT_EVERY:
                 await self._report(sock, top)
             # recv_into returns without suspending while data is queued: during a catch-up
             # the HTTP server and the keep-alive task would starve without this
@@ -265,19 +278,22 @@ class HAClient:
 
         Bodies are first compacted to the front of ``data``, over the headers already parsed,
         so one store append (and one dispatcher pass) covers everything a read brought, up to
-        a file end. Per 32 KiB frame, an append costs more than moving the bytes.
+        a file end. Per 32 KiB frame, an append costs more than moving the bytes. The loop
+        keeps its state in locals: it runs once per frame, tens of thousands of times per GB.
         """
         store = self.store
         file_size = store.mapped_file_size
+        unpack_header = HEADER.unpack_from
         pos, end = 0, len(data)
+        body_left, write_offset = self._body_left, self._write_offset
         run = 0  # body bytes gathered at data[0:run], destined for run_start
-        run_start = self._write_offset
+        run_start = write_offset
         try:
             while pos < end:
-                if self._body_left == 0:
-                    if self._header_len == 0 and end - pos >= HEADER.size:
-                        offset, size = HEADER.unpack_from(data, pos)
-                        pos += HEADER.size
+                if body_left == 0:
+                    if self._header_len == 0 and end - pos >= 12:
+                        offset, size = unpack_header(data, pos)
+                        pos += 12
                     else:
                         take = min(HEADER.size - self._header_len, end - pos)
                         hl = self._header_len
@@ -289,24 +305,30 @@ class HAClient:
                         self._header_len = 0
                         offset, size = HEADER.unpack(self._header)
                     local = run_start + run if run else store.max_phy_offset
-                    self._check_header(offset, size, local, file_size)
+                    if not (
+                        offset == local != 0
+                        and 0 <= size <= MAX_BODY_SIZE
+                        and offset % file_size + size <= file_size
+                    ):
+                        self._check_header(offset, size, local, file_size)  # raises unless ok
                     if run and offset % file_size == 0:  # the next file starts: append the run
                         gathered, run = run, 0
                         self._append(run_start, data[:gathered])
                     if not run:
                         run_start = offset
-                    self._write_offset = offset
-                    self._body_left = size
+                    write_offset = offset
+                    body_left = size
                     self.master_max_offset_seen = offset + size
                     continue
-                take = min(self._body_left, end - pos)
+                take = body_left if body_left < end - pos else end - pos
                 if run != pos:
                     data[run : run + take] = data[pos : pos + take]
                 run += take
                 pos += take
-                self._body_left -= take
-                self._write_offset += take
+                body_left -= take
+                write_offset += take
         finally:
+            self._body_left, self._write_offset = body_left, write_offset
             if run:  # what arrived before a protocol error is still good
                 gathered, run = run, 0
                 self._append(run_start, data[:gathered])

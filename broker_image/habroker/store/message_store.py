@@ -439,15 +439,31 @@ class MessageStore:
                 GetMessageStatus.OFFSET_FOUND_NULL, [], offset, min_offset, max_offset
             )
         status = GetMessageStatus.NO_MATCHED_MESSAGE
+        # Records of one queue that lie back to back in the log (a produced batch) are served
+        # as one slice: one read and one buffer per run instead of per record.  A run never
+        # crosses a file end (records don't; the next file starts after a BLANK).
         records: list[memoryview | bytes] = []
+        count = 0
         total_bytes = 0
         max_phy_pulling = 0
         index = offset
         examine_limit = offset + max(MAX_FILTERED_UNITS, max_msgs * 20)
         min_phy = self.commit_log.min_offset
         read = self.commit_log.read
+        file_size = self.mapped_file_size
+        run_start = run_end = run_file_end = -1
+        run_count = 0
         found: tuple[memoryview, int] | None = first
         full = False
+
+        def flush_run() -> None:
+            nonlocal count, total_bytes
+            view = read(run_start, run_end - run_start)
+            if view is not None:
+                records.append(view)
+                count += run_count
+                total_bytes += run_end - run_start
+
         while found is not None and not full:
             units = found[0]
             for phys, size, tags in UNIT.iter_unpack(units):
@@ -455,7 +471,10 @@ class MessageStore:
                     full = True
                     break
                 max_phy_pulling = phys
-                if records and (len(records) >= max_msgs or total_bytes + size > max_bytes):
+                taken = count + run_count
+                if taken and (
+                    taken >= max_msgs or total_bytes + (run_end - run_start) + size > max_bytes
+                ):
                     full = True
                     break
                 index += 1
@@ -463,17 +482,23 @@ class MessageStore:
                     continue
                 if tags_codes is not None and tags not in tags_codes:
                     continue
-                record = read(phys, size)
-                if record is None:
+                if phys == run_end and phys + size <= run_file_end:
+                    run_end += size
+                    run_count += 1
                     continue
-                records.append(record)
-                total_bytes += size
-                status = GetMessageStatus.FOUND
+                if run_count:
+                    flush_run()
+                run_start, run_end, run_count = phys, phys + size, 1
+                run_file_end = phys - phys % file_size + file_size
             units.release()
             if not full:
                 found = cq.units_from(index) if index < max_offset else None
+        if run_count:
+            flush_run()
+        if count:
+            status = GetMessageStatus.FOUND
         return GetMessageResult(
-            status, records, index, min_offset, max_offset, max_phy_pulling, len(records)
+            status, records, index, min_offset, max_offset, max_phy_pulling, count
         )
 
     def min_offset_in_queue(self, topic: str, queue_id: int) -> int:

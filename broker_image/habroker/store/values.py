@@ -53,7 +53,8 @@ class GetMessageStatus(StrEnum):
 
 @dataclass(slots=True)
 class GetMessageResult:
-    """A pull's answer; ``records`` are raw record bytes, verbatim from the commit log."""
+    """A pull's answer. ``records`` are raw commit-log bytes, verbatim: each item is a run of
+    one or more whole records that lie back to back in the log (``message_count`` in all)."""
 
     status: GetMessageStatus
     records: list[memoryview | bytes]
@@ -66,6 +67,18 @@ class GetMessageResult:
     @property
     def buffer_total_size(self) -> int:
         return sum(len(r) for r in self.records)
+
+    def record_views(self) -> list[memoryview]:
+        """Each record on its own, split out of the runs by its TOTALSIZE field."""
+        out: list[memoryview] = []
+        for run in self.records:
+            view = memoryview(run)
+            pos = 0
+            while pos < len(view):
+                size = int.from_bytes(view[pos : pos + 4], "big")
+                out.append(view[pos : pos + size])
+                pos += size
+        return out
 
 
 @dataclass(slots=True)

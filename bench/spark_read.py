@@ -1,0 +1,304 @@
+"""Rows/s of ``spark.read.format("brokergroup")`` over a master + slave group, beside
+``spark.range`` of the same row count in the same SparkSession.
+
+    .venv/bin/python -m bench.spark_read            # 2 M messages, 100-byte bodies, 3 runs
+    .venv/bin/python -m bench.spark_read --messages 200000 --runs 3   # a quick look
+
+Both queries end in the ``noop`` sink, so what is timed is producing the rows inside Spark
+(for the connector: pulls over HTTP, decoding into Arrow, Arrow into Spark's rows). The group
+runs with slaveReadEnable and a small totalPhysicalMemorySize, so the backlog is read from the
+slave as it would be in production. Writes ``bench/results/spark_read.json`` and ``.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def produce(group: Any, topic: str, queues: int, messages: int, body: int) -> float:
+    from habroker.client import Producer
+    from habroker.wire import encode_batch
+
+    per_queue = messages // queues
+    chunk = 4096
+    payload = {
+        n: encode_batch([os.urandom(body) for _ in range(n)])
+        for n in {chunk, per_queue % chunk}
+        if n
+    }
+    start = time.perf_counter()
+    with Producer(group.master.address, timeout=120) as producer:
+        producer.create_topic(topic, queues)
+        for queue in range(queues):
+            left = per_queue
+            while left:
+                n = min(chunk, left)
+                producer.send_encoded(topic, payload[n], queue_id=queue)
+                left -= n
+    group.wait_replicated(timeout=600)
+    return time.perf_counter() - start
+
+
+def session(cores: int, conf: list[str]) -> Any:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    from brokergroup_spark import register
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .appName("bench-spark-read")
+        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.memory", "2g")
+    )
+    for item in conf:
+        key, _, value = item.partition("=")
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+def _cpu_by_process() -> dict[int, tuple[str, float]]:
+    """CPU seconds so far of this process's descendants, by pid, with a role name."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    info: dict[int, tuple[str, float]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        pid = int(entry.name)
+        parents[pid] = int(fields[1])
+        # utime + stime, plus reaped children's (the PySpark daemon forks and reaps workers)
+        cpu = sum(int(x) for x in fields[11:15]) / tick
+        role = "broker" if "habroker" in cmd else "jvm" if "java" in cmd.split(" ")[0] else "python"
+        info[pid] = (role, cpu)
+    me = os.getpid()
+
+    def descends(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == me:
+                return True
+        return False
+
+    return {pid: v for pid, v in info.items() if descends(pid)}
+
+
+def cpu_split(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]
+) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for pid, (role, cpu) in after.items():
+        out[role] = out.get(role, 0.0) + cpu - before.get(pid, (role, 0.0))[1]
+    return {k: round(v, 2) for k, v in sorted(out.items())}
+
+
+def timed(action: Any, cpu: list[dict[str, float]] | None = None) -> float:
+    before = _cpu_by_process()
+    own = time.process_time()
+    start = time.perf_counter()
+    action()
+    elapsed = time.perf_counter() - start
+    if cpu is not None:
+        split = cpu_split(before, _cpu_by_process())
+        split["driver_python"] = round(time.process_time() - own, 2)
+        cpu.append(split)
+    return elapsed
+
+
+def summary(rows: int, seconds: list[float]) -> dict[str, Any]:
+    rates = sorted(rows / s for s in seconds)
+    return {
+        "seconds": seconds,
+        "rows_per_s": {
+            "min": round(rates[0]),
+            "median": round(statistics.median(rates)),
+            "max": round(rates[-1]),
+        },
+    }
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    measured = [result["brokergroup"]["rows_per_s"], result["spark_range"]["rows_per_s"]]
+    names = ["brokergroup read\n(wall clock)", "spark.range\n(wall clock)"]
+    medians = [s["median"] for s in measured]
+    low = [s["median"] - s["min"] for s in measured]
+    high = [s["max"] - s["median"] for s in measured]
+    idle = result["brokergroup_cpu_bound_rows_per_s"]["rows_per_s_on_idle_cores"]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    ax.bar(names, medians, yerr=[low, high], capsize=8, color=["#4c72b0", "#999999"])
+    ax.bar(
+        ["brokergroup read\n(CPU s / 2 cores)"],
+        [idle],
+        color="white",
+        edgecolor="#4c72b0",
+        hatch="//",
+    )
+    ax.axhline(500_000, color="#c44e52", linestyle="--", label="goal 500 k rows/s")
+    for i, value in enumerate([*medians, idle]):
+        ax.annotate(
+            f"{value / 1e3:,.0f} k",
+            (i, value),
+            ha="center",
+            va="bottom",
+            xytext=(0, 3),
+            textcoords="offset points",
+        )
+    ax.set_yscale("log")
+    ax.set_ylabel("rows/s (median; bars: min-max)")
+    cfg = result["config"]
+    load = result["load_average"]["before"][0]
+    ax.set_title(
+        f"{cfg['messages'] / 1e6:g} M messages, {cfg['body_bytes']}-byte bodies, "
+        f"local[{cfg['spark_cores']}], {cfg['runs']} runs, load avg {load:.1f}",
+        fontsize=10,
+    )
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=2_000_000)
+    parser.add_argument("--body", type=int, default=100)
+    parser.add_argument("--queues", type=int, default=4)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--records-per-partition", type=int, default=500_000)
+    parser.add_argument("--conf", action="append", default=[], help="extra Spark conf k=v")
+    parser.add_argument("--keep", action="store_true", help="keep the broker stores")
+    parser.add_argument("--out", type=Path, default=RESULTS / "spark_read.json")
+    parser.add_argument("--plot-only", action="store_true", help="redraw the PNG from --out")
+    args = parser.parse_args(argv)
+    if args.plot_only:
+        plot(json.loads(args.out.read_text()), args.out.with_suffix(".png"))
+        return 0
+
+    from habroker.local import LocalGroup
+
+    load_before = list(os.getloadavg())
+    root = Path(tempfile.mkdtemp(prefix="bench-spark-read-"))
+    group = LocalGroup(
+        root,
+        slaveReadEnable=True,
+        totalPhysicalMemorySize=64 << 20,  # backlog > 40% of 64 MiB: read from the slave
+        mappedFileSizeCommitLog=256 << 20,
+    ).start()
+    try:
+        topic = "bench"
+        produce_s = produce(group, topic, args.queues, args.messages, args.body)
+        rows = args.messages // args.queues * args.queues
+        print(f"produced {rows} messages in {produce_s:.1f} s", flush=True)
+        spark = session(args.cores, args.conf)
+
+        def reader(**extra: str) -> Any:
+            # a fresh DataFrameReader each time: .option() changes a reader in place
+            r = (
+                spark.read.format("brokergroup")
+                .option("endpoints", group.endpoints)
+                .option("topic", topic)
+                .option("maxRecordsPerPartition", str(args.records_per_partition))
+            )
+            for key, value in extra.items():
+                r = r.option(key, value)
+            return r.load()
+
+        # The first Python data source query pays for starting the workers: not timed.
+        reader(endingOffsets=json.dumps({topic: {"0": 1000}})).count()
+        served = {r.brokerId: r["count"] for r in reader().groupBy("brokerId").count().collect()}
+        if sum(served.values()) != rows:
+            raise SystemExit(f"read {sum(served.values())} rows, expected {rows}")
+        connector: list[float] = []
+        ranged: list[float] = []
+        cpu: list[dict[str, float]] = []
+        for run in range(args.runs):
+            connector.append(
+                timed(lambda: reader().write.format("noop").mode("overwrite").save(), cpu)
+            )
+            ranged.append(
+                timed(lambda: spark.range(rows).write.format("noop").mode("overwrite").save())
+            )
+            print(
+                f"run {run + 1}: brokergroup {rows / connector[-1]:,.0f} rows/s, "
+                f"spark.range {rows / ranged[-1]:,.0f} rows/s; cpu s {cpu[-1]}",
+                flush=True,
+            )
+        spark.stop()
+    finally:
+        group.stop()
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+    cpu_per_run = [sum(v for k, v in c.items() if k != "driver_python") for c in cpu]
+    cpu_s = statistics.median(cpu_per_run)
+    result = {
+        "benchmark": "spark_read",
+        "config": {
+            "messages": rows,
+            "body_bytes": args.body,
+            "queues": args.queues,
+            "records_per_partition": args.records_per_partition,
+            "spark_cores": args.cores,
+            "runs": args.runs,
+            "sink": "noop",
+            "spark_conf": args.conf,
+            "group": "master + 1 slave (ASYNC), slaveReadEnable=true",
+        },
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "produce_seconds": round(produce_s, 2),
+        "rows_served_by_broker": {str(k): v for k, v in sorted(served.items())},
+        "brokergroup": summary(rows, connector),
+        "brokergroup_cpu_seconds_by_process": cpu,
+        # The machine is shared: wall-clock rates depend on what else runs. CPU seconds do
+        # not, so this is the rate the same work would reach with the cores to itself.
+        "brokergroup_cpu_bound_rows_per_s": {
+            "cpu_seconds_per_run_median": round(cpu_s, 2),
+            "us_per_row": round(cpu_s / rows * 1e6, 2),
+            "rows_per_s_on_idle_cores": round(rows / (cpu_s / args.cores)),
+        },
+        "load_average": {"before": load_before, "after": list(os.getloadavg())},
+        "spark_range": summary(rows, ranged),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    plot(result, args.out.with_suffix(".png"))
+    print(
+        json.dumps(result["brokergroup"]["rows_per_s"]), "vs", result["spark_range"]["rows_per_s"]
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
