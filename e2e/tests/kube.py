@@ -101,7 +101,9 @@ class Kube:
         """Wait for a pod to be Ready; fail early, with its story, if it cannot be."""
         deadline = time.monotonic() + timeout
         while True:
-            obj = self.json("-n", namespace, "get", "pod", pod, "--ignore-not-found")
+            # not created yet (a StatefulSet adds pods one by one): kubectl prints nothing
+            out = self.run("-n", namespace, "get", "pod", pod, "--ignore-not-found", "-o", "json")
+            obj = json.loads(out) if out.strip() else {}
             status = obj.get("status", {}) if obj else {}
             conditions = {c["type"]: c["status"] for c in status.get("conditions", [])}
             if conditions.get("Ready") == "True":
