@@ -71,7 +71,7 @@ for p in "${ver_pkgs[@]}"; do
 done
 pkgs=()
 for b in "${K8S_BINS[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
-log "building ${K8S_BINS[*]} $K8S_VERSION (cold: ~20-25 min on 2 cores; log in $wrap/build.log)"
+log "building ${K8S_BINS[*]} $K8S_VERSION (cold: 12-22 min on 2 cores; log in $wrap/build.log)"
 (
   cd "$wrap"
   "${NICE[@]}" go mod download k8s.io/kubernetes

@@ -59,7 +59,7 @@ build_base() {
   if [[ ! -f $tarball ]]; then
     rootfs="$E2E_CACHE_DIR/base-rootfs"
     rm -rf "$rootfs"
-    log "debootstrap bookworm (python3) from $(apt_mirror) — about 2-3 minutes"
+    log "debootstrap bookworm (python3) from $(apt_mirror) (about a minute)"
     debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
       bookworm "$rootfs" "$(apt_mirror)" >"$E2E_CACHE_DIR/debootstrap.log" 2>&1 ||
       { tail -20 "$E2E_CACHE_DIR/debootstrap.log" >&2; die "debootstrap failed"; }

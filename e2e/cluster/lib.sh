@@ -149,4 +149,10 @@ owned_by_other() {
   [[ -e /sys/class/net/$NODE_IF && "$(node_if_owner)" != "$E2E_CLUSTER_DIR" ]]
 }
 
-kubectl_admin() { "$BIN_DIR/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" "$@"; }
+# The node address must be ours before anything talks to it: without it the
+# address would be routed off the machine.
+node_ip_local() { ip -o addr show to "$NODE_IP/32" 2>/dev/null | grep -q .; }
+kubectl_admin() {
+  node_ip_local || { log "node address $NODE_IP is not on this machine; not calling the apiserver"; return 1; }
+  "$BIN_DIR/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" "$@"
+}

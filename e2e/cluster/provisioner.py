@@ -14,9 +14,11 @@ import argparse
 import json
 import logging
 import shutil
+import socket
 import ssl
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -131,6 +133,18 @@ def reclaim(api: Api, pv: Obj, volumes: Path) -> None:
             raise
 
 
+def address_is_local(url: str) -> bool:
+    """Only a local address may be contacted: once the node address is gone
+    (cluster stopping), it would be routed off the machine."""
+    host = urllib.parse.urlsplit(url).hostname or ""
+    try:
+        with socket.socket() as s:
+            s.bind((host, 0))
+    except OSError:
+        return False
+    return True
+
+
 def sync_once(api: Api, volumes: Path, node: str) -> None:
     classes = our_classes(api)
     for pvc in api.call("GET", "/api/v1/persistentvolumeclaims")["items"]:
@@ -157,6 +171,10 @@ def main() -> None:
     volumes: Path = args.volumes_dir.resolve()
     volumes.mkdir(parents=True, exist_ok=True)
     while True:
+        if not address_is_local(args.server):
+            log.warning("apiserver %s is not on this machine; waiting", args.server)
+            time.sleep(args.interval)
+            continue
         try:
             sync_once(api, volumes, args.node)
         except (OSError, urllib.error.URLError, KeyError, ValueError) as e:

@@ -6,23 +6,76 @@ Everything goes through `kubectl`, the one tool every cluster we run on has
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import socket
 import subprocess
 import time
 from typing import Any
+from urllib.parse import urlsplit
+
+
+class ClusterGone(AssertionError):
+    """The apiserver's address is no longer on this machine: the cluster was stopped."""
+
+
+def is_local_address(host: str) -> bool:
+    """True if connecting to `host` stays on this machine (loopback or one of its addresses).
+
+    Binding a socket to an address succeeds only for an address this machine holds."""
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except OSError:
+        return False
+    for family, _, _, _, sockaddr in infos:
+        if ipaddress.ip_address(sockaddr[0]).is_loopback:
+            continue
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((sockaddr[0], 0))
+            except OSError:
+                return False
+    return bool(infos)
 
 
 class Kube:
-    """kubectl with the suite's kubeconfig, JSON results and clear failures."""
+    """kubectl with the suite's kubeconfig, JSON results and clear failures.
+
+    Our machines may only talk to themselves, and a stopped local cluster's
+    kubeconfig points at an address that is then routed off the machine: every
+    call first checks that the apiserver is still local (E2E_ALLOW_REMOTE_APISERVER=1
+    lifts this for a remote cluster elsewhere)."""
 
     def __init__(self, kubectl: str, kubeconfig: str) -> None:
         self.kubectl = kubectl
         self.env = {**os.environ, "KUBECONFIG": kubeconfig}
+        self.local_only = os.environ.get("E2E_ALLOW_REMOTE_APISERVER") != "1"
+        server = self._kubectl_offline(
+            "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}"
+        )
+        self.server_host = urlsplit(server).hostname or ""
+        self.check_local()
+
+    def _kubectl_offline(self, *args: str) -> str:
+        res = subprocess.run(
+            [self.kubectl, *args], capture_output=True, text=True, env=self.env, timeout=30
+        )
+        if res.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {res.stderr.strip()}")
+        return res.stdout.strip()
+
+    def check_local(self) -> None:
+        if self.local_only and not is_local_address(self.server_host):
+            raise ClusterGone(
+                f"the apiserver address {self.server_host!r} is not on this machine "
+                "(cluster stopped?); refusing to send traffic off the machine"
+            )
 
     def run(
         self, *args: str, stdin: str | None = None, timeout: float = 120, check: bool = True
     ) -> str:
+        self.check_local()
         res = subprocess.run(
             [self.kubectl, *args],
             input=stdin,
@@ -48,7 +101,9 @@ class Kube:
         """Wait for a pod to be Ready; fail early, with its story, if it cannot be."""
         deadline = time.monotonic() + timeout
         while True:
-            obj = self.json("-n", namespace, "get", "pod", pod, "--ignore-not-found")
+            # not created yet (a StatefulSet adds pods one by one): kubectl prints nothing
+            out = self.run("-n", namespace, "get", "pod", pod, "--ignore-not-found", "-o", "json")
+            obj = json.loads(out) if out.strip() else {}
             status = obj.get("status", {}) if obj else {}
             conditions = {c["type"]: c["status"] for c in status.get("conditions", [])}
             if conditions.get("Ready") == "True":

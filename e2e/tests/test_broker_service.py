@@ -9,6 +9,7 @@ the two kinds of names the operator wires brokers together with.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from e2e.tests.kube import Kube
@@ -117,6 +118,21 @@ def broker_objects(image: str) -> list[dict[str, Any]]:
     ]
 
 
+def fetch_status(kube: Kube, namespace: str, url: str, within: float = 30) -> Any:
+    """GET the URL from the client pod. A pod turns Ready a moment before kube-proxy
+    and DNS serve its new endpoint, so a refused first try is retried, within limits."""
+    deadline = time.monotonic() + within
+    while True:
+        cmd = ("-n", namespace, "exec", "client", "--", "python3", "-c", FETCH, url)
+        out = kube.run(*cmd, check=False, timeout=60)
+        if out.strip():
+            return json.loads(out)
+        if time.monotonic() > deadline:
+            kube.run(*cmd)  # once more, failing with kubectl's and Python's message
+            raise AssertionError(f"no answer from {url}")
+        time.sleep(1)
+
+
 def test_broker_status_through_service_dns(kube: Kube, namespace: str, broker_image: str) -> None:
     kube.apply(namespace, *broker_objects(broker_image))
     kube.wait_ready(namespace, "broker-0")
@@ -127,10 +143,7 @@ def test_broker_status_through_service_dns(kube: Kube, namespace: str, broker_im
         f"broker-0.broker-hl.{namespace}.svc.cluster.local",  # the pod's stable name
     ]
     for host in names:
-        out = kube.exec(
-            namespace, "client", "python3", "-c", FETCH, f"http://{host}:{PORT}/v1/status"
-        )
-        status = json.loads(out)
+        status = fetch_status(kube, namespace, f"http://{host}:{PORT}/v1/status")
         assert status["brokerName"] == "broker-a", status
         assert status["brokerId"] == 0, status
         assert status["role"] == "ASYNC_MASTER", status
