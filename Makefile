@@ -27,7 +27,9 @@ lint: setup  ## ruff and mypy over every package
 unit: setup cluster-build  ## unit and integration tests (real brokers, a real apiserver, helm)
 	$(PY) -m pytest -q tests
 
-test: lint unit  ## everything CI runs
+check: lint unit  ## everything but the cluster: lint, unit, integration, chart and apiserver tests
+
+test: check e2e  ## everything CI runs: check, then the end-to-end suite on a real cluster
 
 bench: setup bench-setup  ## benchmarks vs Redis and the machine's limits: bench/results/, docs/benchmarks.md
 	$(PY) -m bench.run $(BENCH_ARGS)
