@@ -13,11 +13,15 @@ import os
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 log = logging.getLogger(__name__)
+ConfigT = TypeVar("ConfigT", bound="DataclassInstance")
 
 TOPIC_NAME = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
 GROUP_NAME = re.compile(r"^[%|a-zA-Z0-9_-]{1,255}$")
@@ -100,34 +104,56 @@ class TopicConfig:
         return bool(self.perm & PERM_READ)
 
 
-class TopicConfigManager:
-    FILE = "topics.json"
+class VersionedTable(Generic[ConfigT]):
+    """A name → config table persisted as ``{TABLE_KEY: {...}, "dataVersion": {...}}``.
+
+    The dataVersion is how a slave tells that the master's table changed (RocketMQ's rule:
+    adopt the master's table whenever the versions differ).
+    """
+
+    FILE: ClassVar[str]
+    TABLE_KEY: ClassVar[str]
+    CONFIG: type[ConfigT]
 
     def __init__(self, config_dir: Path) -> None:
         self.path = config_dir / self.FILE
-        self.table: dict[str, TopicConfig] = {}
+        self.table: dict[str, ConfigT] = {}
         self.data_version = DataVersion()
         data = _read_json(self.path)
         if data:
             self._load(data)
 
     def _load(self, data: Mapping[str, Any]) -> None:
+        known = {f.name for f in fields(self.CONFIG)}
         self.table = {
-            name: TopicConfig(
-                **{k: v for k, v in cfg.items() if k in TopicConfig.__dataclass_fields__}
-            )
-            for name, cfg in data.get("topicConfigTable", {}).items()
+            name: self.CONFIG(**{k: v for k, v in cfg.items() if k in known})
+            for name, cfg in data.get(self.TABLE_KEY, {}).items()
         }
         self.data_version = DataVersion.from_json(data.get("dataVersion"))
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "topicConfigTable": {name: asdict(cfg) for name, cfg in sorted(self.table.items())},
+            self.TABLE_KEY: {name: asdict(cfg) for name, cfg in sorted(self.table.items())},
             "dataVersion": self.data_version.to_json(),
         }
 
     def persist(self) -> None:
         _write_json_atomic(self.path, self.to_json())
+
+    def replace_all(self, data: Mapping[str, Any]) -> bool:
+        """Adopt a master's table if its dataVersion differs (slave metadata sync)."""
+        version = DataVersion.from_json(data.get("dataVersion"))
+        if version == self.data_version:
+            return False
+        self._load(data)
+        self.persist()
+        return True
+
+
+class TopicConfigManager(VersionedTable[TopicConfig]):
+    FILE = "topics.json"
+    TABLE_KEY = "topicConfigTable"
+    CONFIG = TopicConfig
 
     def get(self, topic: str) -> TopicConfig | None:
         return self.table.get(topic)
@@ -167,15 +193,6 @@ class TopicConfigManager:
         )
         return new, True
 
-    def replace_all(self, data: Mapping[str, Any]) -> bool:
-        """Adopt a master's table if its dataVersion differs (slave metadata sync)."""
-        version = DataVersion.from_json(data.get("dataVersion"))
-        if version == self.data_version:
-            return False
-        self._load(data)
-        self.persist()
-        return True
-
 
 @dataclass
 class SubscriptionGroupConfig:
@@ -190,33 +207,10 @@ class SubscriptionGroupConfig:
     notifyConsumerIdsChangedEnable: bool = True
 
 
-class SubscriptionGroupManager:
+class SubscriptionGroupManager(VersionedTable[SubscriptionGroupConfig]):
     FILE = "subscriptionGroup.json"
-
-    def __init__(self, config_dir: Path) -> None:
-        self.path = config_dir / self.FILE
-        self.table: dict[str, SubscriptionGroupConfig] = {}
-        self.data_version = DataVersion()
-        data = _read_json(self.path)
-        if data:
-            self._load(data)
-
-    def _load(self, data: Mapping[str, Any]) -> None:
-        fields_ = SubscriptionGroupConfig.__dataclass_fields__
-        self.table = {
-            name: SubscriptionGroupConfig(**{k: v for k, v in cfg.items() if k in fields_})
-            for name, cfg in data.get("subscriptionGroupTable", {}).items()
-        }
-        self.data_version = DataVersion.from_json(data.get("dataVersion"))
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "subscriptionGroupTable": {n: asdict(c) for n, c in sorted(self.table.items())},
-            "dataVersion": self.data_version.to_json(),
-        }
-
-    def persist(self) -> None:
-        _write_json_atomic(self.path, self.to_json())
+    TABLE_KEY = "subscriptionGroupTable"
+    CONFIG = SubscriptionGroupConfig
 
     def find(self, group: str | None) -> SubscriptionGroupConfig:
         """The group's config, or the defaults a group that was never configured gets."""
@@ -251,14 +245,6 @@ class SubscriptionGroupManager:
             self.persist()
             log.info("subscription group %s: %s", group, asdict(cfg))
         return cfg
-
-    def replace_all(self, data: Mapping[str, Any]) -> bool:
-        version = DataVersion.from_json(data.get("dataVersion"))
-        if version == self.data_version:
-            return False
-        self._load(data)
-        self.persist()
-        return True
 
 
 class ConsumerOffsetManager:
