@@ -31,6 +31,10 @@ def main(argv: list[str] | None = None) -> None:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:
+        # kopf serves the liveness probe with aiohttp, which logs every request at INFO:
+        # one line per probe drowns the operator's own messages
+        logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     if args.log_sweeps:
         logging.getLogger("brokergroup_operator.sweeps").setLevel(logging.DEBUG)
     from . import handlers  # registers the handlers with kopf's default registry
