@@ -13,7 +13,7 @@ if owned_by_other; then
   # The host belongs to another checkout's running cluster: stop only what our
   # pid files name, drop our state, and touch nothing shared.
   log "the running cluster belongs to ${owner:-another checkout}; leaving the host to it"
-  for d in provisioner coredns kube-proxy kubelet containerd kube-controller-manager kube-scheduler kube-apiserver etcd; do
+  for d in apiforward provisioner coredns kube-proxy kubelet containerd kube-controller-manager kube-scheduler kube-apiserver etcd; do
     stop_daemon "$d" 5
   done
   rm -rf "$RUN_DIR" "$CONF_DIR" "$SAVE_DIR"
@@ -36,7 +36,9 @@ if is_running kubelet && is_running kube-apiserver && kubectl_admin get --raw /r
   no_sandboxes || log "some containers still run after 60s; killing them"
 fi
 
-# 2. Stop the daemons, node side first. The apiserver takes ~70s on TERM: KILL it.
+# 2. Stop the daemons: first the loopback door host clients use, then node side first.
+# The apiserver takes ~70s on TERM: KILL it.
+stop_daemon apiforward 5
 for d in provisioner coredns kube-proxy kubelet; do stop_daemon "$d" 10; done
 if [[ -S $CTRD_SOCK ]] && is_running containerd; then
   for t in $(ctr --address "$CTRD_SOCK" -n k8s.io tasks ls -q 2>/dev/null); do

@@ -89,4 +89,6 @@ kubeconfig provisioner.kubeconfig system:e2e:provisioner provisioner
 kubeconfig admin.kubeconfig brokergroup-e2e-admin admin
 umask 022
 install -m 600 admin.kubeconfig "$KUBECONFIG_ADMIN"
+# The exported kubeconfig names loopback (apiforward.py), never the node address.
+sed -i "s#server: https://$NODE_IP:$APISERVER_PORT#server: https://127.0.0.1:$APISERVER_PORT#" "$KUBECONFIG_ADMIN"
 log "PKI and kubeconfigs ready in $PKI_DIR"

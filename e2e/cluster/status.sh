@@ -3,7 +3,7 @@
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-for d in etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy coredns provisioner; do
+for d in etcd kube-apiserver apiforward kube-controller-manager kube-scheduler containerd kubelet kube-proxy coredns provisioner; do
   if is_running "$d"; then echo "$d: running (pid $(<"$(pid_file "$d")"))"; else echo "$d: stopped"; fi
 done
 if is_running kube-apiserver; then

@@ -19,7 +19,7 @@ if owned_by_other; then
   die "another local cluster runs on this machine (state dir: ${owner:-unknown, an older checkout}); one per machine: stop it there, or use it with KUBECONFIG=<its state dir>/kubeconfig"
 fi
 
-DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy coredns provisioner)
+DAEMONS=(etcd kube-apiserver apiforward kube-controller-manager kube-scheduler containerd kubelet kube-proxy coredns provisioner)
 running=0
 for d in "${DAEMONS[@]}"; do is_running "$d" && running=$((running + 1)); done
 if ((running == ${#DAEMONS[@]})) && kubectl_admin get --raw /readyz >/dev/null 2>&1; then
@@ -96,6 +96,10 @@ start_daemon kube-apiserver "$BIN_DIR/kube-apiserver" \
   --service-account-issuer "https://kubernetes.default.svc.$CLUSTER_DOMAIN" \
   --service-account-key-file "$P/sa.pub" --service-account-signing-key-file "$P/sa.key" \
   --allow-privileged=true --profiling=false --v=1
+# Host clients reach it through 127.0.0.1 only (see apiforward.py): the exported kubeconfig
+# must never name the node address, which leaves the machine with the cluster.
+start_daemon apiforward python3 "$CLUSTER_SCRIPTS/apiforward.py" \
+  --listen "127.0.0.1:$APISERVER_PORT" --target "$NODE_IP:$APISERVER_PORT" --state-dir "$E2E_CLUSTER_DIR"
 wait_for kube-apiserver 120 kubectl_admin get --raw /readyz
 
 start_daemon kube-controller-manager "$BIN_DIR/kube-controller-manager" \
