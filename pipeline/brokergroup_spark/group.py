@@ -14,6 +14,7 @@ import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import numpy as np
 import pyarrow as pa
@@ -29,7 +30,6 @@ log = logging.getLogger("brokergroup_spark")
 MASTER = 0
 FOUND = "FOUND"
 TOO_SMALL = "OFFSET_TOO_SMALL"
-_PROBE = 1 << 62  # past any queue's end: the answer carries min/max offsets and no records
 
 
 class DataLossError(RuntimeError):
@@ -105,9 +105,12 @@ class Group:
         broker_id, counts = self.queue_counts(topics)
         out: dict[Queue, tuple[int, int]] = {}
         for topic, count in counts.items():
+            # one request per topic (the broker's topic stats), not one probe pull per queue
+            data = self._conn(broker_id).json("GET", f"/v1/topics/{quote(topic, safe='')}/offsets")
+            queues = data.get("queues") or {}
             for queue in range(count):
-                pull = self.pull(broker_id, topic, queue, _PROBE, 1, None)
-                out[(topic, queue)] = (pull.min_offset, pull.max_offset)
+                q = queues.get(str(queue)) or {"minOffset": 0, "maxOffset": 0}
+                out[(topic, queue)] = (int(q["minOffset"]), int(q["maxOffset"]))
         return out
 
     def discover(self) -> dict[int, str]:
