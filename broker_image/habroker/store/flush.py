@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 
 from habroker.store.commit_log import CommitLog
@@ -22,7 +23,7 @@ PAGE_SIZE = 4096
 THOROUGH_INTERVAL = 10.0  # s; RocketMQ's flushPhysicQueueThoroughInterval
 
 
-class _Service:
+class _Service(ABC):
     """A background loop on the event loop, stopped cooperatively (never mid-fdatasync)."""
 
     name = "service"
@@ -42,8 +43,8 @@ class _Service:
                 await self._task
             self._task = None
 
-    def _wake(self) -> None:
-        pass
+    def _wake(self) -> None:  # noqa: B027 - a hook: only services that park on an event override it
+        """Rouse a service parked on its own event so that it sees the stop."""
 
     async def _sleep(self, seconds: float) -> bool:
         """Sleep unless stopped; True when the service should stop."""
@@ -63,8 +64,9 @@ class _Service:
                 if await self._sleep(1.0):
                     return
 
+    @abstractmethod
     async def run(self) -> None:
-        raise NotImplementedError
+        """The service's loop; returns when the service stops."""
 
 
 class FlushCommitLogService(_Service):
