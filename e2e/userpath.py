@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -66,14 +67,24 @@ def server_host(kubeconfig: str | Path) -> str:
 
 
 def address_is_local(host: str) -> bool:
+    """True if connecting to ``host`` stays on this machine (loopback or one of its addresses).
+
+    A stopped local cluster's addresses route off the machine, so every client here checks
+    before it calls. Binding a socket to an address succeeds only for an address this machine
+    holds; names are resolved first."""
     try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        return host == "localhost"
-    if ip.is_loopback:
-        return True
-    out = subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True).stdout
-    return f" {host}/" in out
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except OSError:
+        return False
+    for family, _, _, _, sockaddr in infos:
+        if ipaddress.ip_address(sockaddr[0]).is_loopback:
+            continue
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((sockaddr[0], 0))
+            except OSError:
+                return False
+    return bool(infos)
 
 
 def is_local_cluster_config(kubeconfig: str | Path) -> bool:

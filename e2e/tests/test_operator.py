@@ -13,10 +13,8 @@ machine (the local cluster, or kind) and root; it is skipped otherwise.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -27,36 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from e2e.tests.kube import Kube
+from e2e.tests.kube import ClusterGone, Kube, unavailable
+from e2e.userpath import address_is_local, server_host
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "crds" / "brokergroup.io_brokergroups.yaml"
 POLL = 2.0
-
-
-def _server_host(kubeconfig: str) -> str:
-    config = yaml.safe_load(Path(kubeconfig).read_text())
-    server = config["clusters"][0]["cluster"]["server"]
-    return str(re.sub(r"^https?://", "", server).rsplit(":", 1)[0].strip("[]"))
-
-
-def _is_local(host: str) -> bool:
-    """Is this apiserver address on this machine? A stopped local cluster's kubeconfig points
-    at an address that is then routed off-host: never send traffic there."""
-    try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        return host == "localhost"
-    if ip.is_loopback:
-        return True
-    out = subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True).stdout
-    return f" {host}/" in out
-
-
-class ClusterGone(Exception):
-    """The cluster's apiserver address left this machine (someone stopped the cluster)."""
 
 
 class LocalKube:
@@ -65,10 +40,10 @@ class LocalKube:
     def __init__(self, kube: Kube) -> None:
         self._kube = kube
         self.env = kube.env
-        self.host = _server_host(kube.env["KUBECONFIG"])
+        self.host = server_host(kube.env["KUBECONFIG"])
 
     def check(self) -> None:
-        if not _is_local(self.host):
+        if not address_is_local(self.host):
             raise ClusterGone(f"apiserver {self.host} is no longer on this machine")
 
     def __getattr__(self, name: str) -> Any:
@@ -86,8 +61,8 @@ class LocalKube:
 @pytest.fixture(scope="session", autouse=True)
 def _local_apiserver_only() -> None:
     kubeconfig = os.environ.get("KUBECONFIG", "")
-    if kubeconfig and os.path.exists(kubeconfig) and not _is_local(_server_host(kubeconfig)):
-        pytest.skip("KUBECONFIG's apiserver address is not on this machine (cluster down?)")
+    if kubeconfig and os.path.exists(kubeconfig) and not address_is_local(server_host(kubeconfig)):
+        unavailable("KUBECONFIG's apiserver address is not on this machine (cluster down?)")
 
 
 @pytest.fixture
@@ -128,7 +103,7 @@ def operator(lkube: LocalKube, crd: None, namespace: str, tmp_path: Path) -> Ite
     def watchdog() -> None:
         # kopf retries forever: if the cluster goes away, stop it before it talks off-host
         while not stop.wait(0.5):
-            if not _is_local(kube.host):
+            if not address_is_local(kube.host):
                 proc.kill()
                 return
 
@@ -326,7 +301,7 @@ def test_operator_end_to_end(
     # -- the chosen slave stops: conditions, Event, and auto moves to the other one ----------
     pid = broker_pid(kube, ns, f"{name}-slave-{chosen - 1}")
     if pid is None:
-        pytest.skip("cannot see the slave's process from here (node not on this machine?)")
+        unavailable("cannot see the slave's process from here (node not on this machine?)")
     os.kill(pid, signal.SIGSTOP)
     try:
         produce(kube, ns, name, 300)  # > haMaxGapNotInSync behind while frozen

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from e2e.tests.kube import Kube
+from e2e.tests.kube import Kube, unavailable
 from e2e.userpath import (
     CRD_NAME,
     Cluster,
@@ -54,7 +54,7 @@ pytestmark = pytest.mark.timeout(1200)
 def cluster(kube: Kube) -> Cluster:
     kubeconfig = kube.env["KUBECONFIG"]
     if is_local_cluster_config(kubeconfig) and not address_is_local(server_host(kubeconfig)):
-        pytest.skip("the local cluster is not running (its apiserver address is not here)")
+        unavailable("the local cluster is not running (its apiserver address is not here)")
     helm = find_tool("helm", "HELM")
     if helm is None:
         pytest.fail("no helm binary: `make cluster-build` builds one into e2e/.cluster/bin")
