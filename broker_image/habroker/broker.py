@@ -12,7 +12,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -77,6 +77,7 @@ class BrokerController:
         self.ha_client: HAClient | None = None
         self.slave_sync: SlaveSynchronize | None = None
         self.master_http_address = ""
+        self.registered_master_address = ""  # masterAddr from our last REGISTER_BROKER answer
         self.started_at = time.monotonic()
         self.ready = False
         self._round_robin: dict[str, int] = {}
@@ -92,6 +93,28 @@ class BrokerController:
     @property
     def is_slave(self) -> bool:
         return self.role is BrokerRole.SLAVE
+
+    @property
+    def address(self) -> str:
+        """This broker's client (remoting) address, as routes and msgIds name it."""
+        return f"{self.config.brokerIP1}:{self.config.listenPort}"
+
+    @property
+    def store_host(self) -> tuple[str, int]:
+        return self.config.brokerIP1, self.config.listenPort
+
+    @property
+    def master_address(self) -> str:
+        """A slave's master's client address: as its master said when this slave registered,
+        else the HA master's host with this broker's listenPort (a group shares its ports)."""
+        if not self.is_slave:
+            return self.address
+        if self.registered_master_address:
+            return self.registered_master_address
+        if not self.config.haMasterAddress:
+            return ""
+        host, _ = parse_host_port(self.config.haMasterAddress, key="haMasterAddress")
+        return f"{host}:{self.config.listenPort}"
 
     async def start(self) -> None:
         await self.store.start()
@@ -199,8 +222,16 @@ class BrokerController:
         queue_id: int | None,
         entries: Sequence[BatchEntry],
         born_host: tuple[str, int],
+        *,
+        born_timestamp: int | None = None,
+        sys_flag: int = 0,
+        reconsume_times: int = 0,
+        wait: bool | None = None,
     ) -> tuple[PutResult, int]:
-        """Append a batch and wait as the role and flush type require; returns (result, queueId)."""
+        """Append a batch and wait as the role and flush type require; returns (result, queueId).
+
+        ``wait`` is the producer's WAIT property (None: read it from the first entry).
+        """
         if self.is_slave:
             raise BrokerError(
                 "not_master",
@@ -223,9 +254,18 @@ class BrokerController:
                 f"queueId {queue_id} is out of range: topic {topic!r} has "
                 f"{cfg.writeQueueNums} write queues (0..{cfg.writeQueueNums - 1})",
             )
-        result = self.store.put_messages(topic, queue_id, entries, born_host=born_host)
+        result = self.store.put_messages(
+            topic,
+            queue_id,
+            entries,
+            born_host=born_host,
+            born_timestamp=born_timestamp,
+            sys_flag=sys_flag,
+            reconsume_times=reconsume_times,
+        )
         status = result.status
-        wait = not entries or b"WAIT\x01false" not in entries[0].properties
+        if wait is None:
+            wait = not entries or b"WAIT\x01false" not in entries[0].properties
         if wait and self.config.flushDiskType is FlushDiskType.SYNC_FLUSH:
             flushed = await self.store.wait_flushed(
                 result.next_offset, self.config.syncFlushTimeout / 1000
@@ -252,6 +292,7 @@ class BrokerController:
         max_msgs: int,
         group: str | None,
         max_bytes: int,
+        tags_codes: Collection[int] | None = None,
     ) -> PullOutcome:
         cfg = self.topic_for_read(topic)
         if not cfg.readable:
@@ -272,7 +313,9 @@ class BrokerController:
             result.records = []
             result.message_count = 0
             return PullOutcome(result, 0, retry_immediately=True)
-        result = self.store.get_messages(topic, queue_id, offset, max_msgs, max_bytes)
+        result = self.store.get_messages(
+            topic, queue_id, offset, max_msgs, max_bytes, tags_codes=tags_codes
+        )
         group_cfg = self.groups.find(group)
         memory = total_physical_memory(self.config.totalPhysicalMemorySize)
         from_slave = suggest_pulling_from_slave(

@@ -90,6 +90,8 @@ class BrokerConfig:
     haTransferBatchSize: int = 32768
     haMaxGapNotInSync: int = 256 * 1024 * 1024
     haSyncFromLastFile: bool = False  # habroker: RocketMQ's classic rule for a new slave
+    # consumers
+    longPollingEnable: bool = True
     # reads from slaves
     slaveReadEnable: bool = False
     accessMessageInMemoryMaxRatio: int = 40

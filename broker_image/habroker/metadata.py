@@ -140,6 +140,14 @@ class VersionedTable(Generic[ConfigT]):
     def persist(self) -> None:
         _write_json_atomic(self.path, self.to_json())
 
+    def delete(self, name: str) -> bool:
+        if self.table.pop(name, None) is None:
+            return False
+        self.data_version.next()
+        self.persist()
+        log.info("%s %s deleted", self.TABLE_KEY, name)
+        return True
+
     def replace_all(self, data: Mapping[str, Any]) -> bool:
         """Adopt a master's table if its dataVersion differs (slave metadata sync)."""
         version = DataVersion.from_json(data.get("dataVersion"))
@@ -279,6 +287,12 @@ class ConsumerOffsetManager:
 
     def query(self, group: str, topic: str, queue_id: int) -> int | None:
         return self.table.get(self.key(topic, group), {}).get(queue_id)
+
+    def clean_topic(self, topic: str) -> None:
+        suffix = f"{topic}@"
+        for key in [k for k in self.table if k.startswith(suffix)]:
+            del self.table[key]
+            self.dirty = True
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -21,9 +21,13 @@ from collections.abc import Collection, Sequence
 
 from habroker.config import BrokerConfig, BrokerRole, FlushDiskType
 from habroker.message import (
+    BLANK_MAGIC,
     END_FILE_MIN_BLANK_LENGTH,
     MAX_PROPERTIES_LENGTH,
     MAX_TOPIC_LENGTH_V1,
+    MIN_RECORD_SIZE,
+    POS_BORN_HOST,
+    POS_SYSFLAG,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_TYPE_MASK,
     DispatchTuple,
@@ -65,7 +69,10 @@ log = logging.getLogger(__name__)
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 _SHARED_HEAD = struct.Struct(">iq")  # SYSFLAG BORNTIMESTAMP
 _I64 = struct.Struct(">q")
-_SHARED_TAIL = struct.Struct(">iq").pack(0, 0)  # RECONSUMETIMES PREPAREDTRANSACTIONOFFSET
+_I32 = struct.Struct(">i")
+_SIZE_MAGIC = struct.Struct(">ii")
+_SHARED_TAIL = struct.Struct(">iq")  # RECONSUMETIMES PREPAREDTRANSACTIONOFFSET
+_HOST_V6_FLAGS = 0x10 | 0x20  # BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG
 MAX_FILTERED_UNITS = 16000
 
 
@@ -302,10 +309,14 @@ class MessageStore:
         *,
         born_host: tuple[str, int],
         born_timestamp: int | None = None,
+        sys_flag: int = 0,
+        reconsume_times: int = 0,
     ) -> PutResult:
         """Append a batch as consecutive records of one queue (spec §1.9) and index it.
 
-        The whole batch is validated first: on any error nothing is written.
+        The whole batch is validated first: on any error nothing is written.  ``sys_flag``
+        carries the producer's bits (COMPRESSED, MULTI_TAGS, ...); the address-family bits
+        are the store's to set from the real addresses.
         """
         if not self._running:
             raise StoreNotWritable("the store is not running")
@@ -320,10 +331,15 @@ class MessageStore:
             topic_raw = self._check_topic(topic)
         store_block = host_block((self.config.brokerIP1, self.config.listenPort))
         born_block = host_block(born_host)
-        sys_flag = (0x10 if len(born_block) == 20 else 0) | (0x20 if len(store_block) == 20 else 0)
+        sys_flag = (
+            (sys_flag & ~_HOST_V6_FLAGS)
+            | (0x10 if len(born_block) == 20 else 0)
+            | (0x20 if len(store_block) == 20 else 0)
+        )
         record_base = 74 + len(born_block) + len(store_block) + 1 + len(topic_raw)
         max_body = self.config.maxMessageSize
         total = 0
+        sizes: list[int] | None = [] if len(entries) > 1 else None
         for i, entry in enumerate(entries):
             body_len = len(entry.body)
             props_len = len(entry.properties)
@@ -338,6 +354,8 @@ class MessageStore:
                     f"bytes, at most {MAX_PROPERTIES_LENGTH}"
                 )
             total += record_base + body_len + props_len
+            if sizes is not None:
+                sizes.append(record_base + body_len + props_len)
         file_size = self.commit_log.file_size
         if total + END_FILE_MIN_BLANK_LENGTH > file_size:
             raise MessageTooLarge(
@@ -357,13 +375,20 @@ class MessageStore:
                 born_block,
                 _I64.pack(store_ts),
                 store_block,
-                _SHARED_TAIL,
+                _SHARED_TAIL.pack(reconsume_times, 0),
             )
         )
         topic_tail = bytes((len(topic_raw),)) + topic_raw
         wrote_offset = self.commit_log.put_batch(
             topic_tail, queue_id, entries, queue_offset, shared, record_base, total
         )
+        record_offsets: list[int] | None = None
+        if sizes is not None:
+            record_offsets = []
+            at = wrote_offset
+            for size in sizes:
+                record_offsets.append(at)
+                at += size
         self._queue_offsets[key] = queue_offset + len(entries)
         self.reput.do_reput()
         self._notify()
@@ -375,6 +400,7 @@ class MessageStore:
             len(entries),
             (store_block + _I64.pack(wrote_offset)).hex().upper(),
             store_ts,
+            record_offsets,
         )
 
     def _check_topic(self, topic: str) -> bytes:
@@ -553,6 +579,74 @@ class MessageStore:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._new_messages.wait(), remaining)
         return True
+
+    # -- admin lookups (remoting's GET_MIN/MAX_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP, ...) ---------
+    def read_record(self, commit_log_offset: int) -> bytes | None:
+        """The raw record at a commit-log offset (VIEW_MESSAGE_BY_ID answers with these bytes)."""
+        head = self.commit_log.read(commit_log_offset, 8)
+        if head is None:
+            return None
+        size, magic = _SIZE_MAGIC.unpack(head)
+        head.release()
+        if size < MIN_RECORD_SIZE or magic == BLANK_MAGIC:
+            return None
+        view = self.commit_log.read(commit_log_offset, size)
+        if view is None:
+            return None
+        try:
+            return bytes(view)
+        finally:
+            view.release()
+
+    def store_time_of(self, topic: str, queue_id: int, offset: int) -> int | None:
+        """STORETIMESTAMP of the message at a queue offset, or None if it is gone."""
+        cq = self.consume_queues.get((topic, queue_id))
+        unit = cq.get_unit(offset) if cq is not None else None
+        if unit is None or unit[1] == BLANK_UNIT_SIZE:
+            return None
+        phys = unit[0]
+        head = self.commit_log.read(phys, POS_BORN_HOST + 28)
+        if head is None:
+            return None
+        try:
+            (sys_flag,) = _I32.unpack_from(head, POS_SYSFLAG)
+            at = POS_BORN_HOST + (20 if sys_flag & 0x10 else 8)
+            (stamp,) = _I64.unpack_from(head, at)
+            return int(stamp)
+        finally:
+            head.release()
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """The first queue offset stored at or after ``timestamp`` (max offset if none is)."""
+        lo = self.min_offset_in_queue(topic, queue_id)
+        hi = self.max_offset_in_queue(topic, queue_id)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            stamp = self.store_time_of(topic, queue_id, mid)
+            if stamp is None or stamp < timestamp:  # removed by retention under us: search above it
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def delete_topic(self, topic: str) -> int:
+        """Drop a topic's consume queues (its records age out of the commit log as usual)."""
+        removed = 0
+        for key in [k for k in self.consume_queues if k[0] == topic]:
+            cq = self.consume_queues.pop(key)
+            cq.queue.destroy_all()
+            cq.close()
+            self._queue_offsets.pop(key, None)
+            removed += 1
+        if self._last_cq is not None and self._last_cq.topic == topic:
+            self._last_cq = None
+        directory = self.config.consume_queue_dir / topic
+        if directory.is_dir():
+            for child in sorted(directory.rglob("*"), reverse=True):
+                child.unlink() if child.is_file() else child.rmdir()
+            directory.rmdir()
+        self._topic_bytes.pop(topic, None)
+        return removed
 
     # -- facts ---------------------------------------------------------------------------------
     @property

@@ -34,6 +34,8 @@ class PutResult:
     count: int
     msg_id: str  # offsetMsgId of the first record
     store_timestamp: int = 0
+    # every record's commit-log offset, for a batch of more than one (batch msgIds)
+    record_offsets: list[int] | None = None
 
     @property
     def next_offset(self) -> int:

@@ -1,0 +1,47 @@
+"""The broker's remoting face: request processors mapping RocketMQ's codes onto the broker.
+
+:class:`BrokerRemoting` builds the :class:`~habroker.remoting.server.RemotingServer` for
+``listenPort`` with every processor registered; docs/remoting.md lists what each code does.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from habroker.broker import BrokerController
+from habroker.processor.admin_broker import AdminBrokerProcessor
+from habroker.processor.client_manage import ClientManageProcessor
+from habroker.processor.client_manager import ConsumerManager, ProducerManager
+from habroker.processor.namesrv import NameServerProcessor, RouteInfoManager
+from habroker.processor.pull_message import PullMessageProcessor
+from habroker.processor.send_message import SendMessageProcessor
+from habroker.remoting.server import RemotingServer
+
+log = logging.getLogger(__name__)
+
+
+class BrokerRemoting:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        self.server = RemotingServer(name=f"broker {broker.config.brokerName}")
+        self.consumers = ConsumerManager()
+        self.producers = ProducerManager()
+        self.routes = RouteInfoManager(broker)
+        self.client_manage = ClientManageProcessor(broker, self.consumers, self.producers)
+        self.pull = PullMessageProcessor(broker, self.consumers)
+        for processor in (
+            SendMessageProcessor(broker),
+            self.pull,
+            self.client_manage,
+            AdminBrokerProcessor(broker, self.consumers, self.producers),
+            NameServerProcessor(broker, self.routes),
+        ):
+            processor.register(self.server)
+
+    async def start(self, host: str, port: int) -> None:
+        await self.server.start(host, port)
+        self.client_manage.start()
+
+    async def stop(self) -> None:
+        await self.client_manage.stop()
+        await self.server.stop()

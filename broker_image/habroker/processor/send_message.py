@@ -1,0 +1,215 @@
+"""SendMessageProcessor: SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE.
+
+A single send carries its message in the custom header (properties string) and the body; a
+batch carries RocketMQ's MessageBatch encoding as the body.  Both become one store put and wait
+exactly as the HTTP face's produce does (SYNC_FLUSH, SYNC_MASTER); the put status maps onto
+the response codes a Java producer expects (FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT,
+SLAVE_NOT_AVAILABLE are successes with a warning, not errors).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from habroker.broker import BrokerController
+from habroker.message import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    TRANSACTION_TYPE_MASK,
+    decode_properties,
+    encode_properties,
+    offset_msg_id,
+)
+from habroker.metadata import PERM_READ, PERM_WRITE
+from habroker.processor.errors import REFUSALS, refusal
+from habroker.processor.headers import Header
+from habroker.remoting import RemotingCommand, RequestCode, ResponseCode
+from habroker.remoting.channel import Channel
+from habroker.remoting.server import RemotingServer, RequestRefused
+from habroker.store import BatchEntry, PutStatus
+from habroker.wire import BadBatch, decode_batch
+
+log = logging.getLogger(__name__)
+
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+PROPERTY_CLUSTER = "CLUSTER"
+PROPERTY_WAIT = "WAIT"
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+
+_STATUS_CODES = {
+    PutStatus.PUT_OK: ResponseCode.SUCCESS,
+    PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    PutStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
+}
+
+# SendMessageRequestHeaderV2's one-letter names
+_V2_NAMES = {
+    "a": "producerGroup",
+    "b": "topic",
+    "c": "defaultTopic",
+    "d": "defaultTopicQueueNums",
+    "e": "queueId",
+    "f": "sysFlag",
+    "g": "bornTimestamp",
+    "h": "flag",
+    "i": "properties",
+    "j": "reconsumeTimes",
+    "k": "unitMode",
+    "l": "maxReconsumeTimes",
+    "m": "batch",
+    "n": "brokerName",
+}
+
+
+@dataclass(slots=True)
+class SendHeader:
+    producer_group: str
+    topic: str
+    queue_id: int
+    sys_flag: int
+    born_timestamp: int
+    flag: int
+    properties: str
+    reconsume_times: int
+    max_reconsume_times: int | None
+    batch: bool
+
+    @classmethod
+    def decode(cls, request: RemotingCommand) -> SendHeader:
+        fields = request.ext_fields
+        if request.code != RequestCode.SEND_MESSAGE and "b" in fields:
+            fields = {_V2_NAMES.get(k, k): v for k, v in fields.items()}
+            request = RemotingCommand(request.code, ext_fields=fields)
+        h = Header(request)
+        return cls(
+            producer_group=h.text("producerGroup"),
+            topic=h.text("topic"),
+            queue_id=h.int32("queueId"),
+            sys_flag=h.int32("sysFlag"),
+            born_timestamp=h.int64("bornTimestamp"),
+            flag=h.int32("flag"),
+            properties=h.opt_text("properties") or "",
+            reconsume_times=h.int32("reconsumeTimes", 0),
+            max_reconsume_times=h.opt_int32("maxReconsumeTimes"),
+            batch=h.flag("batch") or request.code == RequestCode.SEND_BATCH_MESSAGE,
+        )
+
+
+class SendMessageProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    def register(self, server: RemotingServer) -> None:
+        for code in (
+            RequestCode.SEND_MESSAGE,
+            RequestCode.SEND_MESSAGE_V2,
+            RequestCode.SEND_BATCH_MESSAGE,
+        ):
+            server.register(code, self.process)
+
+    async def process(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        try:
+            return await self._send(request, channel)
+        except BadBatch as exc:
+            raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {exc}") from None
+        except REFUSALS as exc:
+            raise refusal(exc) from None
+
+    async def _send(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        header = SendHeader.decode(request)
+        broker = self.broker
+        topic = header.topic
+        if header.sys_flag & TRANSACTION_TYPE_MASK:
+            raise RequestRefused(
+                ResponseCode.NO_PERMISSION,
+                "transactional messages are not supported by habroker (sysFlag "
+                f"{header.sys_flag:#x}); see docs/remoting.md",
+            )
+        props = decode_properties(header.properties.encode()) if header.properties else {}
+        if props.get(PROPERTY_TRANSACTION_PREPARED, "").lower() == "true":
+            raise RequestRefused(
+                ResponseCode.NO_PERMISSION,
+                "transactional messages (TRAN_MSG) are not supported by habroker",
+            )
+        queue_id: int | None = header.queue_id
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            topic, queue_id = self._retry_or_dlq(header)
+        else:
+            self._check_delay(props)
+        wait = props.pop(PROPERTY_WAIT, "true").lower() != "false"
+        if header.batch:
+            entries = decode_batch(request.body_bytes)
+        else:
+            props[PROPERTY_CLUSTER] = broker.config.brokerClusterName
+            entries = [BatchEntry(header.flag, request.body_bytes, encode_properties(props))]
+        result, used_queue = await broker.produce(
+            topic,
+            queue_id if queue_id is not None and queue_id >= 0 else None,
+            entries,
+            _host_port(channel.remote_address),
+            born_timestamp=header.born_timestamp,
+            sys_flag=header.sys_flag,
+            reconsume_times=header.reconsume_times,
+            wait=wait,
+        )
+        if len(entries) > 1:
+            msg_id = ",".join(
+                offset_msg_id(broker.store_host, offset)
+                for offset in result.record_offsets or (result.wrote_offset,)
+            )
+        else:
+            msg_id = result.msg_id
+        return request.response(
+            _STATUS_CODES[result.status],
+            None,
+            {
+                "msgId": msg_id,
+                "queueId": used_queue,
+                "queueOffset": result.queue_offset,
+                "MSG_REGION": "DefaultRegion",
+                "TRACE_ON": "true",
+            },
+        )
+
+    def _retry_or_dlq(self, header: SendHeader) -> tuple[str, int | None]:
+        """A client's fallback resend to %RETRY%group: past maxReconsumeTimes it goes to DLQ."""
+        group = header.topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
+        group_cfg = self.broker.groups.find(group)
+        max_times = (
+            header.max_reconsume_times
+            if header.max_reconsume_times is not None
+            else group_cfg.retryMaxTimes
+        )
+        topics = self.broker.topics
+        if header.reconsume_times >= max_times:
+            dlq = DLQ_GROUP_TOPIC_PREFIX + group
+            if topics.get(dlq) is None:
+                topics.create(dlq, 1, 1, PERM_READ | PERM_WRITE)
+            return dlq, 0
+        if topics.get(header.topic) is None:
+            topics.create(
+                header.topic,
+                group_cfg.retryQueueNums,
+                group_cfg.retryQueueNums,
+                PERM_READ | PERM_WRITE,
+            )
+        return header.topic, header.queue_id
+
+    @staticmethod
+    def _check_delay(props: dict[str, str]) -> None:
+        level = props.get(PROPERTY_DELAY_TIME_LEVEL)
+        if level and level.strip() not in ("", "0"):
+            raise RequestRefused(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"delay level {level} messages are not supported by habroker yet "
+                "(no ScheduleMessageService); send without setDelayTimeLevel",
+            )
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        return "127.0.0.1", 0
+    return host.strip("[]"), int(port)

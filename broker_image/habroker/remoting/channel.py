@@ -1,0 +1,149 @@
+"""Channel: one TCP connection speaking RemotingCommands, for the server and the client alike.
+
+Both ends of RocketMQ's protocol may send requests (the broker notifies consumers, asks them
+for running info) and match answers by ``opaque``, so one class carries requests, responses and
+one-way messages in both directions.  Garbage from a peer closes only that peer's channel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+from habroker.remoting.command import FRAME_MAX_LENGTH, BadFrame, FrameDecoder, RemotingCommand
+
+log = logging.getLogger(__name__)
+
+_opaques = itertools.count(1)
+# pause reading from a peer while this much of our answers to it is still unsent
+HIGH_WATER = 8 * 1024 * 1024
+
+
+class RemotingError(Exception):
+    """A request that got no answer: the channel closed or the time ran out."""
+
+
+class RequestDispatcher(Protocol):
+    def dispatch(self, channel: Channel, request: RemotingCommand) -> None: ...
+
+
+class Channel(asyncio.Protocol):
+    def __init__(
+        self,
+        dispatcher: RequestDispatcher | None = None,
+        *,
+        frame_max: int = FRAME_MAX_LENGTH,
+        on_close: Callable[[Channel], None] | None = None,
+    ) -> None:
+        self.dispatcher = dispatcher
+        self.decoder = FrameDecoder(frame_max)
+        self.on_close = on_close
+        self.transport: asyncio.Transport | None = None
+        self.remote_address = "?"
+        self.local_address = "?"
+        self.pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self.closed = asyncio.get_running_loop().create_future()
+        self._write_paused = False
+        self._drained: asyncio.Future[None] | None = None
+
+    # -- asyncio.Protocol ------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.set_write_buffer_limits(high=HIGH_WATER)
+        self.remote_address = _address(transport.get_extra_info("peername"))
+        self.local_address = _address(transport.get_extra_info("sockname"))
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            commands = self.decoder.feed(data)
+        except BadFrame as exc:
+            log.warning("closing remoting connection from %s: %s", self.remote_address, exc)
+            self.close()
+            return
+        for cmd in commands:
+            if cmd.is_response:
+                waiter = self.pending.pop(cmd.opaque, None)
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(cmd)
+            elif self.dispatcher is not None:
+                self.dispatcher.dispatch(self, cmd)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for waiter in self.pending.values():
+            if not waiter.done():
+                waiter.set_exception(RemotingError(f"connection to {self.remote_address} closed"))
+        self.pending.clear()
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+        if not self.closed.done():
+            self.closed.set_result(None)
+        if self.on_close is not None:
+            self.on_close(self)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+        self._drained = None
+
+    # -- sending ---------------------------------------------------------------------------
+    @property
+    def is_open(self) -> bool:
+        return self.transport is not None and not self.transport.is_closing()
+
+    def write(self, cmd: RemotingCommand) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        self.transport.writelines(cmd.encode())
+
+    async def drain(self) -> None:
+        if self._write_paused:
+            if self._drained is None:
+                self._drained = asyncio.get_running_loop().create_future()
+            await self._drained
+
+    async def invoke(self, request: RemotingCommand, timeout: float) -> RemotingCommand:  # noqa: ASYNC109
+        """Send a request and wait for its answer (matched by opaque)."""
+        if not self.is_open:
+            raise RemotingError(f"connection to {self.remote_address} is closed")
+        request.opaque = next(_opaques) & 0x7FFFFFFF
+        waiter: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        self.pending[request.opaque] = waiter
+        self.write(request)
+        try:
+            async with asyncio.timeout(timeout):
+                return await waiter
+        except TimeoutError:
+            raise RemotingError(
+                f"no answer from {self.remote_address} to request code {request.code} "
+                f"within {timeout:.3g}s"
+            ) from None
+        finally:
+            self.pending.pop(request.opaque, None)
+
+    def send_oneway(self, request: RemotingCommand) -> None:
+        request.opaque = next(_opaques) & 0x7FFFFFFF
+        request.flag |= 2
+        self.write(request)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+def _address(info: object) -> str:
+    if isinstance(info, tuple) and len(info) >= 2:
+        host = str(info[0])
+        return f"[{host}]:{info[1]}" if ":" in host else f"{host}:{info[1]}"
+    return "?"

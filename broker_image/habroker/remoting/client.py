@@ -1,0 +1,141 @@
+"""RemotingClient: requests to brokers and name servers by address, one channel per address.
+
+What habroker itself calls out with (a slave's metadata copy, registration with a name server)
+and what :mod:`habroker.client` builds on.  Channels are opened on first use and reopened after
+a close; concurrent requests share a channel (answers are matched by opaque).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from habroker.remoting.channel import Channel, RemotingError, RequestDispatcher
+from habroker.remoting.codes import ResponseCode, code_name
+from habroker.remoting.command import Body, RemotingCommand, SerializeType
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT = 3.0
+
+
+class BrokerResponseError(Exception):
+    """An answer with a non-SUCCESS code the caller did not expect."""
+
+    def __init__(self, code: int, remark: str | None, address: str, request: int) -> None:
+        try:
+            name = ResponseCode(code).name
+        except ValueError:
+            name = str(code)
+        super().__init__(f"{address} answered {code_name(request)} with {name}: {remark or ''}")
+        self.code = code
+        self.remark = remark or ""
+        self.address = address
+
+
+class RemotingClient:
+    def __init__(
+        self,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        connect_timeout: float = 3.0,
+        serialize_type: SerializeType = SerializeType.JSON,
+        dispatcher: RequestDispatcher | None = None,
+    ) -> None:
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.serialize_type = serialize_type
+        self.dispatcher = dispatcher
+        self._channels: dict[str, Channel] = {}
+        self._connecting: dict[str, asyncio.Future[Channel]] = {}
+
+    async def channel(self, address: str) -> Channel:
+        found = self._channels.get(address)
+        if found is not None and found.is_open:
+            return found
+        pending = self._connecting.get(address)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[Channel] = asyncio.get_running_loop().create_future()
+        self._connecting[address] = future
+        try:
+            channel = await self._connect(address)
+            self._channels[address] = channel
+            future.set_result(channel)
+            return channel
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: no "never retrieved" warning when nobody waits
+            raise
+        finally:
+            del self._connecting[address]
+
+    async def _connect(self, address: str) -> Channel:
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise RemotingError(f"not a host:port address: {address!r}")
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                _, protocol = await loop.create_connection(
+                    lambda: Channel(self.dispatcher), host.strip("[]"), int(port)
+                )
+        except (OSError, TimeoutError) as exc:
+            raise RemotingError(f"cannot connect to {address}: {exc or 'timed out'}") from None
+        return protocol
+
+    async def invoke(
+        self,
+        address: str,
+        code: int,
+        header: Mapping[str, Any] | None = None,
+        body: Body | None = None,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> RemotingCommand:
+        """Send a request and return the answer, whatever its code."""
+        request = RemotingCommand.request(code, header, body, serialize_type=self.serialize_type)
+        channel = await self.channel(address)
+        return await channel.invoke(request, timeout or self.timeout)
+
+    async def call(
+        self,
+        address: str,
+        code: int,
+        header: Mapping[str, Any] | None = None,
+        body: Body | None = None,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+        ok: tuple[int, ...] = (ResponseCode.SUCCESS,),
+    ) -> RemotingCommand:
+        """Like :meth:`invoke`, raising :class:`BrokerResponseError` unless the code is in ``ok``."""
+        answer = await self.invoke(address, code, header, body, timeout=timeout)
+        if answer.code not in ok:
+            raise BrokerResponseError(answer.code, answer.remark, address, code)
+        return answer
+
+    async def oneway(
+        self, address: str, code: int, header: Mapping[str, Any] | None = None
+    ) -> None:
+        channel = await self.channel(address)
+        channel.send_oneway(
+            RemotingCommand.request(code, header, serialize_type=self.serialize_type)
+        )
+
+    async def close(self) -> None:
+        channels = list(self._channels.values())
+        self._channels.clear()
+        for channel in channels:
+            channel.close()
+        for channel in channels:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(channel.closed), 1.0)
+
+    async def __aenter__(self) -> RemotingClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
