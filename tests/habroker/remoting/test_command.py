@@ -1,0 +1,168 @@
+"""The frame codec against layouts assembled by hand from the spec (§7), and its refusals."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+from habroker.remoting import BadFrame, FrameDecoder, RemotingCommand, SerializeType
+from habroker.remoting.codes import LanguageCode
+from habroker.remoting.command import iter_frames
+
+
+def rocketmq_header(code, lang, version, opaque, flag, remark, fields):
+    ext = b"".join(
+        struct.pack(">H", len(k.encode()))
+        + k.encode()
+        + struct.pack(">i", len(v.encode()))
+        + v.encode()
+        for k, v in fields.items()
+    )
+    r = remark.encode() if remark else b""
+    return (
+        struct.pack(">hbhii", code, lang, version, opaque, flag)
+        + struct.pack(">i", len(r))
+        + r
+        + struct.pack(">i", len(ext))
+        + ext
+    )
+
+
+def frame(kind: int, header: bytes, body: bytes = b"") -> bytes:
+    return (
+        struct.pack(">ii", 4 + len(header) + len(body), (kind << 24) | len(header)) + header + body
+    )
+
+
+def test_rocketmq_binary_header_decodes_field_by_field():
+    header = rocketmq_header(310, 0, 435, 77, 0, "hi é", {"b": "TopicA", "e": "3"})
+    (cmd,) = iter_frames(frame(1, header, b"payload"))
+    assert (cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag) == (
+        310,
+        LanguageCode.JAVA,
+        435,
+        77,
+        0,
+    )
+    assert cmd.remark == "hi é"
+    assert cmd.ext_fields == {"b": "TopicA", "e": "3"}
+    assert cmd.body == b"payload"
+    assert cmd.serialize_type is SerializeType.ROCKETMQ
+
+
+def test_rocketmq_binary_header_encodes_byte_identical():
+    cmd = RemotingCommand(
+        11,
+        opaque=9,
+        flag=1,
+        remark="r",
+        ext_fields={"k": "v"},
+        body=b"xy",
+        language=LanguageCode.JAVA,
+        version=435,
+        serialize_type=SerializeType.ROCKETMQ,
+    )
+    assert cmd.encode_bytes() == frame(1, rocketmq_header(11, 0, 435, 9, 1, "r", {"k": "v"}), b"xy")
+
+
+def test_json_header_as_java_writes_it():
+    header = json.dumps(
+        {
+            "code": 105,
+            "extFields": {"topic": "T"},
+            "flag": 0,
+            "language": "JAVA",
+            "opaque": 5,
+            "serializeTypeCurrentRPC": "JSON",
+            "version": 435,
+        }
+    ).encode()
+    (cmd,) = iter_frames(frame(0, header))
+    assert cmd.code == 105 and cmd.ext_fields == {"topic": "T"} and cmd.opaque == 5
+    answer = cmd.response(17, "no route", {"x": 1})
+    (back,) = iter_frames(answer.encode_bytes())
+    assert back.is_response and back.opaque == 5 and back.code == 17
+    assert back.remark == "no route" and back.ext_fields == {"x": "1"}
+    assert back.serialize_type is SerializeType.JSON
+
+
+def test_body_parts_are_written_without_joining():
+    cmd = RemotingCommand(0, body_parts=[b"ab", memoryview(b"cd")])
+    parts = cmd.encode()
+    assert parts[1:] == [b"ab", memoryview(b"cd")]
+    (back,) = iter_frames(cmd.encode_bytes())
+    assert back.body == b"abcd"
+
+
+def test_decoder_reassembles_frames_split_anywhere():
+    stream = b"".join(
+        RemotingCommand.request(34, {"i": str(i)}, b"z" * i).encode_bytes() for i in range(20)
+    )
+    decoder = FrameDecoder()
+    got = []
+    for i in range(0, len(stream), 7):
+        got.extend(decoder.feed(stream[i : i + 7]))
+    assert [c.ext_fields["i"] for c in got] == [str(i) for i in range(20)]
+    assert [len(c.body or b"") for c in got] == list(range(20))
+    assert decoder.buffered == 0
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (struct.pack(">i", 16 * 1024 * 1024), "frame length"),
+        (struct.pack(">i", -5), "frame length"),
+        (struct.pack(">i", 2), "frame length"),
+        (frame(2, b"{}"), "unknown serialize type"),
+        (frame(0, b"{not json"), "does not parse"),
+        (frame(0, b"[1,2]"), "not an object"),
+        (frame(0, b'{"code":"x"}'), "not an integer"),
+        (frame(0, b'{"code":1,"extFields":[1]}'), "extFields"),
+        (frame(0, b'{"code":1,"opaque":99999999999}'), "int32"),
+        (frame(0, b"[" * 100000 + b"]" * 100000), "does not parse"),
+        (struct.pack(">ii", 8, 100) + b"abcd", "header length"),
+        (frame(1, b"\x00" * 5), "shorter than its fixed part"),
+        (
+            frame(1, struct.pack(">hbhii", 1, 0, 0, 0, 0) + struct.pack(">i", 1000) + b"\x00" * 8),
+            "remark length",
+        ),
+        (
+            frame(1, struct.pack(">hbhii", 1, 0, 0, 0, 0) + struct.pack(">ii", 0, 50)),
+            "extFields length",
+        ),
+        (
+            frame(
+                1, struct.pack(">hbhii", 1, 0, 0, 0, 0) + struct.pack(">ii", 0, 3) + b"\x00\x09k"
+            ),
+            "key runs past",
+        ),
+        (
+            frame(
+                1, rocketmq_header(1, 0, 0, 0, 0, "", {})[:-4] + struct.pack(">i", 2) + b"\xff\xff"
+            ),
+            "key runs past",
+        ),
+        (
+            frame(
+                1,
+                struct.pack(">hbhii", 1, 0, 0, 0, 0)
+                + struct.pack(">ii", 0, 9)
+                + b"\x00\x01\xff"
+                + struct.pack(">i", 0)
+                + b"\x00\x00",
+            ),
+            "UTF-8",
+        ),
+    ],
+)
+def test_garbage_is_refused_with_a_reason(data, message):
+    with pytest.raises(BadFrame, match=message):
+        FrameDecoder().feed(data)
+
+
+def test_frame_limit_is_configurable():
+    big = RemotingCommand.request(10, body=b"x" * 2000).encode_bytes()
+    assert len(FrameDecoder(max_length=4096).feed(big)) == 1
+    with pytest.raises(BadFrame):
+        FrameDecoder(max_length=1024).feed(big)
