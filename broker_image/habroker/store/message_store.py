@@ -619,20 +619,27 @@ class MessageStore:
         return self.flushed_offset
 
     async def _flush_commit_log(self) -> None:
-        """fdatasync the commit log; the checkpoint learns the store time now durable."""
+        """fdatasync the commit log; the checkpoint learns the store time now durable.
+
+        Until this run dispatches a record there is no store time (0): the checkpoint keeps
+        the one it was loaded with, as RocketMQ does, or the next crash recovery would scan
+        the whole log from its first file.
+        """
         offset, store_ts = self.reput.reput_from_offset, self.reput.last_store_timestamp
         flushed = await self.commit_log.queue.flush()
-        if self.checkpoint is not None and offset <= flushed:
+        if self.checkpoint is not None and offset <= flushed and store_ts > 0:
             self.checkpoint.physic_msg_timestamp = store_ts
 
     async def _flush_consume_queues(self) -> None:
-        """Sync dirty queues, then record in the checkpoint what is now durable."""
+        """Sync dirty queues, then record in the checkpoint what is now durable (a store time
+        only once this run has one, as for the commit log)."""
         logics_ts = self.reput.last_store_timestamp
         for cq in list(self.consume_queues.values()):
             if cq.queue.unflushed_bytes() > 0:
                 await cq.flush()
         if self.checkpoint is not None:
-            self.checkpoint.logics_msg_timestamp = logics_ts
+            if logics_ts > 0:
+                self.checkpoint.logics_msg_timestamp = logics_ts
             await asyncio.to_thread(self.checkpoint.flush)
 
     # -- retention -----------------------------------------------------------------------------
