@@ -323,6 +323,10 @@ class MessageStore:
         sys_flag = (0x10 if len(born_block) == 20 else 0) | (0x20 if len(store_block) == 20 else 0)
         record_base = 74 + len(born_block) + len(store_block) + 1 + len(topic_raw)
         max_body = self.config.maxMessageSize
+        # maxMessageSize may exceed what one file holds (RocketMQ starts with that too): a
+        # record must also fit in a file, with room for the BLANK that ends it
+        file_size = self.commit_log.file_size
+        room = file_size - END_FILE_MIN_BLANK_LENGTH
         total = 0
         for i, entry in enumerate(entries):
             body_len = len(entry.body)
@@ -337,12 +341,19 @@ class MessageStore:
                     f"message {i} of the batch: properties are {props_len} "
                     f"bytes, at most {MAX_PROPERTIES_LENGTH}"
                 )
-            total += record_base + body_len + props_len
-        file_size = self.commit_log.file_size
-        if total + END_FILE_MIN_BLANK_LENGTH > file_size:
+            record_len = record_base + body_len + props_len
+            if record_len > room:
+                raise MessageTooLarge(
+                    f"message {i} of the batch: its record is {record_len} bytes (body "
+                    f"{body_len}); a commit-log file (mappedFileSizeCommitLog={file_size}) "
+                    f"holds records of at most {room} bytes, whatever maxMessageSize "
+                    f"({max_body}) allows"
+                )
+            total += record_len
+        if total > room:
             raise MessageTooLarge(
                 f"the batch encodes to {total} bytes; a commit-log file "
-                f"(mappedFileSizeCommitLog) holds {file_size - 8}"
+                f"(mappedFileSizeCommitLog={file_size}) holds at most {room}"
             )
         key = (topic, queue_id)
         queue_offset = self._queue_offsets.get(key)
