@@ -212,6 +212,8 @@ async def _consume(args: argparse.Namespace) -> int:
                                 "msgId": m.msg_id,
                                 "properties": m.properties,
                                 "brokerId": consumer.served_by.get(m.queue_id, 0),
+                                # as stored: COMPRESSED (0x1) says the body was decompressed
+                                "sysFlag": m.sys_flag,
                                 "body": m.body.decode("utf-8", errors="replace"),
                             }
                         )

@@ -20,6 +20,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from habroker.config import properties_line
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -62,7 +64,7 @@ class LocalBroker:
         lines = []
         for key, value in self.config.items():
             text = ("true" if value else "false") if isinstance(value, bool) else str(value)
-            lines.append(f"{key}={text}")
+            lines.append(properties_line(key, text))
         path.write_text("\n".join(lines) + "\n")
         return path
 

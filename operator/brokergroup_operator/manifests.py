@@ -13,6 +13,8 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
+from habroker.config import properties_line
+
 from . import API_VERSION, KIND
 from .spec import GroupSpec
 
@@ -159,7 +161,8 @@ def render_broker_conf(spec: GroupSpec) -> str:
         "# Per-pod keys (brokerId, brokerRole, brokerIP1, haMasterAddress, masterHttpAddress) come from",
         "# HABROKER_<key> environment variables set on each StatefulSet.",
     ]
-    lines += [f"{key}={value}" for key, value in broker_properties(spec).items()]
+    # escaped: the broker reads the whole .properties format (backslashes, continuations)
+    lines += [properties_line(key, value) for key, value in broker_properties(spec).items()]
     return "\n".join(lines) + "\n"
 
 

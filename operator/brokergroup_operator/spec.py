@@ -153,13 +153,23 @@ def validate(spec: GroupSpec) -> None:
             f"must not set {', '.join(reserved)}: the operator sets it from other spec fields",
             reason="InvalidBrokerConfig",
         )
-    # Let habroker itself parse the exact properties a slave (the strictest role) starts with,
-    # so an unknown key or unparsable value is reported here, not in a pod's crash loop.
+    _slave_config(spec)
+
+
+def _slave_config(spec: GroupSpec) -> BrokerConfig:
+    """Let habroker itself parse the exact properties a slave (the strictest role) starts with,
+    so an unknown key or unparsable value is reported here, not in a pod's crash loop."""
     from .manifests import broker_properties, slave_env_properties
 
     props = dict(broker_properties(spec))
     props.update(slave_env_properties(spec, broker_id=1))
     try:
-        BrokerConfig.from_mapping(props, source="spec.brokerConfig")
+        return BrokerConfig.from_mapping(props, source="spec.brokerConfig")
     except ConfigError as exc:
         raise SpecError("spec.brokerConfig", str(exc), reason="InvalidBrokerConfig") from None
+
+
+def broker_config_warnings(spec: GroupSpec) -> list[str]:
+    """What the brokers will warn about at startup: RocketMQ keys in spec.brokerConfig that
+    habroker accepts but does not implement, a maxMessageSize no commit-log file holds."""
+    return _slave_config(spec).startup_warnings()

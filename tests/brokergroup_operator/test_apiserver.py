@@ -334,6 +334,26 @@ def test_what_the_schema_cannot_catch_becomes_a_condition(
     assert operator.poll() is None  # still running: no crash loop
 
 
+def test_rocketmq_keys_habroker_lacks_are_accepted_with_a_warning_event(
+    api: kubeapi.ApiServer, operator: Any
+) -> None:
+    apply(api, group("javaconf", brokerConfig={"sendMessageThreadPoolNums": "16"}))
+    eventually(lambda: len(children(api, "javaconf")) == 7, what="children")
+    events = eventually(
+        lambda: [
+            e
+            for e in get(api, "events")["items"]
+            if e["involvedObject"]["name"] == "javaconf"
+            and e["reason"] == "BrokerConfigNotImplemented"
+        ],
+        what="BrokerConfigNotImplemented event",
+    )
+    assert events[0]["type"] == "Warning"
+    assert "sendMessageThreadPoolNums" in events[0]["message"]
+    conf = get(api, "configmap/javaconf-config")["data"]["broker.conf"]
+    assert "sendMessageThreadPoolNums=16" in conf.splitlines()
+
+
 def test_delete_is_not_blocked(api: kubeapi.ApiServer, operator: Any) -> None:
     apply(api, group("gone"))
     eventually(lambda: children(api, "gone"), what="children")

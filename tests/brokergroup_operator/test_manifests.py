@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 from brokergroup_operator import manifests as m
-from brokergroup_operator.spec import SpecError, parse_spec
+from brokergroup_operator.spec import SpecError, broker_config_warnings, parse_spec
 from habroker.config import BrokerConfig, read_properties
 
 OWNER = {"name": "bg", "uid": "1234"}
@@ -240,6 +240,38 @@ def test_spec_errors_name_the_field(overrides, field, reason):
 def test_unknown_key_error_suggests_the_right_name():
     with pytest.raises(SpecError, match="did you mean haMaxGapNotInSync"):
         spec(brokerConfig={"haMaxGapNotInSnyc": "1"})
+
+
+def test_unknown_key_is_refused_even_if_rocketmq_like():
+    with pytest.raises(SpecError) as info:
+        spec(brokerConfig={"sendMessageThreadPoolNum": "8"})
+    assert info.value.reason == "InvalidBrokerConfig"
+    assert "did you mean sendMessageThreadPoolNums" in str(info.value)
+    assert "neither RocketMQ" in str(info.value)
+
+
+def test_rocketmq_keys_habroker_lacks_are_accepted_and_warned(tmp_path):
+    group = spec(brokerConfig={"sendMessageThreadPoolNums": "16", "brokerIP2": "10.1.1.1"})
+    (warning,) = broker_config_warnings(group)
+    assert "not implemented" in warning and "brokerIP2, sendMessageThreadPoolNums" in warning
+    # they reach broker.conf, and the broker reads them back as given
+    path = tmp_path / "broker.conf"
+    path.write_text(m.config_map(group, OWNER)["data"]["broker.conf"])
+    assert read_properties(path)["sendMessageThreadPoolNums"] == "16"
+    assert broker_config_warnings(spec(brokerConfig={"fileReservedTime": "1"})) == []
+    # a bad value for such a key is still refused
+    with pytest.raises(SpecError, match="bad value for sendMessageThreadPoolNums"):
+        spec(brokerConfig={"sendMessageThreadPoolNums": "many"})
+
+
+def test_broker_conf_values_are_escaped(tmp_path):
+    tricky = "1s 5s\\10s # not a comment"
+    group = spec(brokerConfig={"messageDelayLevel": tricky, "deleteWhen": " 04"})
+    path = tmp_path / "broker.conf"
+    path.write_text(m.config_map(group, OWNER)["data"]["broker.conf"])
+    props = read_properties(path)
+    assert props["messageDelayLevel"] == tricky
+    assert props["deleteWhen"] == " 04"
 
 
 def test_read_policy_parsing():

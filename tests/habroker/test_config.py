@@ -51,9 +51,13 @@ def test_bad_config_names_the_key(values, fragment):
 
 def test_bad_properties_line_names_file_and_line(tmp_path):
     conf = tmp_path / "b.conf"
-    conf.write_text("brokerName=a\njust-a-word\n")
-    with pytest.raises(ConfigError, match=r"b.conf:2: expected key=value"):
+    conf.write_text("brokerName=a\nbad\\uZZZZ=1\n")
+    with pytest.raises(ConfigError, match=r"b.conf:2: "):
         read_properties(conf)
+    # a bare word is a key with an empty value in Java, so it is judged as a key
+    conf.write_text("brokerName=a\njust-a-word\n")
+    with pytest.raises(ConfigError, match="unknown key 'just-a-word'"):
+        BrokerConfig.load(conf, environ={})
 
 
 def test_missing_file_is_a_config_error(tmp_path):
