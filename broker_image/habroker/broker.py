@@ -374,9 +374,13 @@ class BrokerController:
     def note_slave_identity(
         self, ha_address: str, broker_id: int, listen_address: str, http_address: str = ""
     ) -> None:
-        """A slave said which HA connection is its own (see SlaveSynchronize)."""
+        """A slave said which HA connection is its own (see SlaveSynchronize). A caller that
+        does not know the slave's HTTP address (empty) keeps the one already known."""
+        known = self.slave_identities.get(ha_address)
+        if not http_address and known is not None and known[:2] == (broker_id, listen_address):
+            http_address = known[2]
         identity = (broker_id, listen_address, http_address)
-        if self.slave_identities.get(ha_address) != identity:
+        if known != identity:
             live = (
                 {row["address"] for row in self._slave_rows(self.ha_service.status())}
                 if self.ha_service

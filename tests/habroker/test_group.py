@@ -192,3 +192,17 @@ def test_bad_master_address_is_refused(group_factory):
         slave.json("PUT", "/v1/admin/master-address", {"haMasterAddress": "no-port"})
     assert exc.value.status == 400 and "haMasterAddress" in exc.value.message
     assert group.slaves[0].status()["slave"]["masterAddress"] == group.master.ha_address
+
+
+def test_slave_identity_keeps_a_known_http_address(tmp_path):
+    """An announcement without the HTTP address (a remoting registration) keeps the one the
+    slave's HTTP metadata copy gave, so status does not flap between the two."""
+    from habroker.broker import BrokerController
+    from habroker.config import BrokerConfig
+
+    broker = BrokerController(BrokerConfig(storePathRootDir=str(tmp_path)))
+    broker.note_slave_identity("10.0.0.6:5000", 1, "10.0.0.6:10911", "10.0.0.6:10913")
+    broker.note_slave_identity("10.0.0.6:5000", 1, "10.0.0.6:10911")
+    assert broker.slave_identities["10.0.0.6:5000"] == (1, "10.0.0.6:10911", "10.0.0.6:10913")
+    broker.note_slave_identity("10.0.0.6:5000", 2, "10.0.0.6:10921")  # another slave now
+    assert broker.slave_identities["10.0.0.6:5000"] == (2, "10.0.0.6:10921", "")
