@@ -1,11 +1,13 @@
 """``habroker``: run a broker, produce, consume, inspect.
 
 habroker serve --config broker.conf
-habroker topic create orders --queues 4 --broker 127.0.0.1:10911
+habroker topic create orders --queues 4 --broker 127.0.0.1:10913
 habroker produce --topic orders --count 100000 --size 1024 --batch 32
 seq 10 | habroker produce --topic orders
 habroker consume --topic orders --group g1 --from earliest --count 10
-habroker status --broker 127.0.0.1:10911
+habroker status --broker 127.0.0.1:10913
+
+--broker names a broker's HTTP API (httpListenPort, default 10913), or $HABROKER_ADDRESS.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any, TextIO
 from habroker import __version__
 from habroker.config import BrokerConfig, ConfigError
 
-DEFAULT_BROKER = os.environ.get("HABROKER_ADDRESS", "127.0.0.1:10911")
+DEFAULT_BROKER = os.environ.get("HABROKER_ADDRESS", "127.0.0.1:10913")  # httpListenPort
 
 
 def _overrides(pairs: list[str]) -> dict[str, str]:
@@ -235,6 +237,10 @@ def _print_status(st: dict[str, Any]) -> None:
         f"ready={st.get('ready')}"
     )
     print(
+        f"  ports       client={st.get('listenAddress')} http={st.get('httpAddress')} "
+        f"ha={st.get('haListenAddress')}"
+    )
+    print(
         f"  commit log  min={st['minOffset']} max={st['maxOffset']} flushed={st['flushedOffset']} "
         f"dispatched={st['dispatchedOffset']}"
     )
@@ -325,7 +331,9 @@ def build_parser() -> argparse.ArgumentParser:
         "produce", help="send messages from stdin (one per line) or generated payloads"
     )
     p.add_argument(
-        "--broker", default=DEFAULT_BROKER, help="master address host:port (default %(default)s)"
+        "--broker",
+        default=DEFAULT_BROKER,
+        help="the master's HTTP API, host:httpListenPort (default %(default)s)",
     )
     p.add_argument("--topic", required=True)
     p.add_argument(
@@ -347,7 +355,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--broker",
         default=DEFAULT_BROKER,
-        help="brokers as host:port (master) or 0=host:port,1=host:port (default %(default)s)",
+        help="HTTP API addresses (httpListenPort): host:port (the master) or "
+        "0=host:port,1=host:port (default %(default)s)",
     )
     p.add_argument("--topic", required=True)
     p.add_argument("--group", required=True)
@@ -371,7 +380,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_consume)
 
     p = sub.add_parser("status", help="show a broker's offsets and replication state")
-    p.add_argument("--broker", default=DEFAULT_BROKER)
+    p.add_argument(
+        "--broker", default=DEFAULT_BROKER, help="HTTP API host:port (default %(default)s)"
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_status)
 
@@ -379,7 +390,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["create", "list"])
     p.add_argument("name", nargs="?")
     p.add_argument("--queues", type=int, default=4)
-    p.add_argument("--broker", default=DEFAULT_BROKER)
+    p.add_argument(
+        "--broker",
+        default=DEFAULT_BROKER,
+        help="the master's HTTP API, host:port (default %(default)s)",
+    )
     p.set_defaults(func=cmd_topic)
     return parser
 

@@ -73,9 +73,10 @@ class BrokerConfig:
     bindAddress: str = "127.0.0.1"
     listenPort: int = 10911
     haListenPort: int = 10912
+    httpListenPort: int = 10913  # habroker: HTTP API (admin, operator, /metrics, health)
     haMasterAddress: str = ""
     masterHttpAddress: str = (
-        ""  # habroker: master's HTTP API (metadata copy); default HA host + listenPort
+        ""  # habroker: master's HTTP API (metadata copy); default HA host + httpListenPort
     )
     # store
     storePathRootDir: str = field(default_factory=_default_store_root)
@@ -163,6 +164,17 @@ class BrokerConfig:
             raise ConfigError(f"listenPort={self.listenPort}: must be 1..65535")
         if not 0 < self.haListenPort < 65536:
             raise ConfigError(f"haListenPort={self.haListenPort}: must be 1..65535")
+        if not 0 < self.httpListenPort < 65536:
+            raise ConfigError(f"httpListenPort={self.httpListenPort}: must be 1..65535")
+        ports = {
+            "listenPort": self.listenPort,
+            "haListenPort": self.haListenPort,
+            "httpListenPort": self.httpListenPort,
+        }
+        for key, port in ports.items():
+            clash = [k for k, p in ports.items() if p == port and k != key]
+            if clash:
+                raise ConfigError(f"{key}={port}: the same port as {clash[0]}; each needs its own")
         if self.brokerId < 0:
             raise ConfigError(f"brokerId={self.brokerId}: must be >= 0")
         if self.brokerRole.is_master and self.brokerId != 0:

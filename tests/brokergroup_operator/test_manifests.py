@@ -67,6 +67,9 @@ def test_broker_conf_is_valid_for_habroker(tmp_path):
     slave = BrokerConfig.load(path, environ=env)
     assert slave.brokerId == 2
     assert slave.haMasterAddress == "bg-master-0.bg-master.ns.svc.cluster.local:10912"
+    # metadata is copied from the master's HTTP API, not RocketMQ's client port
+    assert slave.masterHttpAddress == "bg-master-0.bg-master.ns.svc.cluster.local:10913"
+    assert (slave.listenPort, slave.haListenPort, slave.httpListenPort) == (10911, 10912, 10913)
 
 
 def test_master_statefulset():
@@ -84,9 +87,15 @@ def test_master_statefulset():
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
         "client": 10911,
         "ha": 10912,
+        "http": 10913,
     }
-    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    # probes speak HTTP, so they go to the HTTP port, never RocketMQ's client port
+    for probe, path in (
+        ("startupProbe", "/healthz"),
+        ("livenessProbe", "/healthz"),
+        ("readinessProbe", "/readyz"),
+    ):
+        assert container[probe]["httpGet"] == {"path": path, "port": "http"}, probe
     (claim,) = sts["spec"]["volumeClaimTemplates"]
     assert claim["spec"]["resources"]["requests"]["storage"] == "1Gi"
     assert sts["spec"]["persistentVolumeClaimRetentionPolicy"] == {
@@ -156,7 +165,17 @@ def test_headless_services_publish_not_ready():
     assert svc["spec"]["publishNotReadyAddresses"] is True
     client = m.client_service(spec(), OWNER)
     assert client["spec"]["selector"]["app.kubernetes.io/component"] == "master"
-    assert client["spec"]["ports"] == [{"name": "client", "port": 10911, "targetPort": "client"}]
+    assert client["spec"]["ports"] == [
+        {"name": "client", "port": 10911, "targetPort": "client"},
+        {"name": "http", "port": 10913, "targetPort": "http"},
+    ]
+    for component in (m.MASTER, m.SLAVE):
+        ports = m.headless_service(spec(), OWNER, component)["spec"]["ports"]
+        assert {p["name"]: (p["port"], p["targetPort"]) for p in ports} == {
+            "client": (10911, "client"),
+            "ha": (10912, "ha"),
+            "http": (10913, "http"),
+        }
 
 
 def test_config_hash_ignores_runtime_read_policy():
@@ -190,10 +209,24 @@ def test_resources_are_passed_through():
 
 
 def test_custom_ports():
-    group = spec(ports={"client": 20911, "ha": 20912})
+    group = spec(ports={"client": 20911, "ha": 20912, "http": 20913})
     assert m.master_ha_address(group) == "bg-master-0.bg-master.ns.svc.cluster.local:20912"
     conf = m.render_broker_conf(group)
     assert "listenPort=20911" in conf and "haListenPort=20912" in conf
+    assert "httpListenPort=20913" in conf
+    slave = m.slave_env_properties(group, 1)
+    assert slave["masterHttpAddress"] == "bg-master-0.bg-master.ns.svc.cluster.local:20913"
+    (container,) = m.statefulset(group, OWNER, m.MASTER)["spec"]["template"]["spec"]["containers"]
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
+        "client": 20911,
+        "ha": 20912,
+        "http": 20913,
+    }
+
+
+def test_http_port_defaults_to_10913_beside_custom_ports():
+    group = spec(ports={"client": 20911})
+    assert (group.client_port, group.ha_port, group.http_port) == (20911, 10912, 10913)
 
 
 def test_broker_id_of_pod():
@@ -226,6 +259,9 @@ def test_broker_id_of_pod():
             "InvalidSpec",
         ),
         ({"ports": {"client": 1, "ha": 1}}, "spec.ports", "InvalidSpec"),
+        ({"ports": {"client": 10913}}, "spec.ports", "InvalidSpec"),
+        ({"ports": {"ha": 2, "http": 2}}, "spec.ports", "InvalidSpec"),
+        ({"brokerConfig": {"httpListenPort": "1"}}, "spec.brokerConfig", "InvalidBrokerConfig"),
         ({"image": ""}, "spec.image", "InvalidSpec"),
     ],
 )
@@ -324,8 +360,10 @@ def test_network_policy_only_when_enabled():
     assert body["podSelector"] == {"matchLabels": {"brokergroup.io/group": "bg"}}
     assert body["policyTypes"] == ["Ingress"]
     client, ha = body["ingress"]
-    # the client port from anywhere; the HA port only from this group's pods (same namespace)
-    assert client == {"ports": [{"protocol": "TCP", "port": "client"}]}
+    # the client and HTTP ports from anywhere; the HA port only from this group's pods
+    assert client == {
+        "ports": [{"protocol": "TCP", "port": "client"}, {"protocol": "TCP", "port": "http"}]
+    }
     assert ha == {
         "from": [{"podSelector": {"matchLabels": {"brokergroup.io/group": "bg"}}}],
         "ports": [{"protocol": "TCP", "port": "ha"}],
@@ -333,7 +371,7 @@ def test_network_policy_only_when_enabled():
     # the ports are named on the container, whatever their numbers
     sts = items[("StatefulSet", "bg-slave")]
     names = {p["name"] for p in sts["spec"]["template"]["spec"]["containers"][0]["ports"]}
-    assert names == {"client", "ha"}
+    assert names == {"client", "ha", "http"}
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ def run(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[b
 
 def test_produce_consume_status(broker_factory):
     broker = broker_factory()
-    addr = broker.address
+    addr = broker.http_address
     assert run("topic", "create", "cli", "--queues", "2", "--broker", addr).returncode == 0
     res = run(
         "produce",
@@ -77,7 +77,7 @@ def test_produce_consume_status(broker_factory):
 
 def test_produce_to_unknown_topic_fails_clearly(broker_factory):
     broker = broker_factory()
-    res = run("produce", "--broker", broker.address, "--topic", "missing", stdin=b"x\n")
+    res = run("produce", "--broker", broker.http_address, "--topic", "missing", stdin=b"x\n")
     assert res.returncode == 1 and b"unknown_topic" in res.stderr
 
 

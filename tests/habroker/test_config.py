@@ -5,6 +5,7 @@ from habroker.config import BrokerConfig, BrokerRole, ConfigError, FlushDiskType
 def test_defaults_are_rocketmq_defaults():
     cfg = BrokerConfig.load(environ={})
     assert cfg.listenPort == 10911 and cfg.haListenPort == 10912
+    assert cfg.httpListenPort == 10913  # habroker's HTTP API, beside RocketMQ's two ports
     assert cfg.mappedFileSizeCommitLog == 1073741824
     assert cfg.mappedFileSizeConsumeQueue == 6_000_000
     assert cfg.haTransferBatchSize == 32768 and cfg.haMaxGapNotInSync == 256 * 1024 * 1024
@@ -41,6 +42,15 @@ def test_file_then_env_then_overrides(tmp_path):
         ({"mappedFileSizeConsumeQueue": "30"}, "multiple of 20"),
         ({"deleteWhen": "25"}, "deleteWhen"),
         ({"haMasterAddress": "nohost"}, "expected host:port"),
+        ({"httpListenPort": "0"}, "httpListenPort=0: must be 1..65535"),
+        ({"httpListenPort": "65536"}, "httpListenPort=65536: must be 1..65535"),
+        ({"httpListenPort": "10911"}, "listenPort=10911: the same port as httpListenPort"),
+        ({"httpListenPort": "10912"}, "haListenPort=10912: the same port as httpListenPort"),
+        ({"listenPort": "10912"}, "listenPort=10912: the same port as haListenPort"),
+        (
+            {"listenPort": "7", "haListenPort": "8", "httpListenPort": "8"},
+            "haListenPort=8: the same port as httpListenPort",
+        ),
     ],
 )
 def test_bad_config_names_the_key(values, fragment):

@@ -1,5 +1,7 @@
 """Python client for habroker: producers and pull consumers over the HTTP API.
 
+Addresses are the brokers' ``httpListenPort`` (default 10913), not RocketMQ's client port.
+
 ``AsyncProducer`` and ``PullConsumer`` are asyncio-native (aiohttp); ``Producer`` and
 ``BrokerGroupReader`` block (standard library ``http.client``) for code without an event loop.
 """
