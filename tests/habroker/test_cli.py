@@ -111,7 +111,7 @@ def test_consume_prints_bodies_a_java_producer_compressed(broker_factory, tmp_pa
         mappedFileSizeCommitLog=FILE_SIZE,
         mappedFileSizeConsumeQueue=CQ_FILE_SIZE,
     )
-    addr = broker.address
+    addr = broker.http_address
     assert run("topic", "create", "zipped", "--queues", "1", "--broker", addr).returncode == 0
     res = run(
         "consume", "--broker", addr, "--topic", "zipped", "--group", "g", "--from", "earliest",
