@@ -21,6 +21,7 @@ from habroker.config import BrokerConfig, BrokerRole, FlushDiskType, parse_host_
 from habroker.ha import HAClient, HAService
 from habroker.metadata import (
     ConsumerOffsetManager,
+    DelayOffsetManager,
     MetadataError,
     SubscriptionGroupManager,
     TopicConfig,
@@ -32,6 +33,7 @@ from habroker.read_policy import (
     suggest_which_broker,
     total_physical_memory,
 )
+from habroker.route_info import RouteInfoManager
 from habroker.slave_sync import SlaveSynchronize
 from habroker.store import (
     BatchEntry,
@@ -72,12 +74,14 @@ class BrokerController:
         self.topics = TopicConfigManager(meta_dir)
         self.groups = SubscriptionGroupManager(meta_dir)
         self.offsets = ConsumerOffsetManager(meta_dir)
+        self.delays = DelayOffsetManager(meta_dir)
         self.stats = BrokerStats()
         self.ha_service: HAService | None = None
         self.ha_client: HAClient | None = None
         self.slave_sync: SlaveSynchronize | None = None
         self.master_http_address = ""
         self.registered_master_address = ""  # masterAddr from our last REGISTER_BROKER answer
+        self.routes = RouteInfoManager(self)
         self.started_at = time.monotonic()
         self.ready = False
         self._round_robin: dict[str, int] = {}
@@ -111,6 +115,8 @@ class BrokerController:
             return self.address
         if self.registered_master_address:
             return self.registered_master_address
+        if self.config.masterAddress:
+            return self.config.masterAddress
         if not self.config.haMasterAddress:
             return ""
         host, _ = parse_host_port(self.config.haMasterAddress, key="haMasterAddress")
@@ -395,6 +401,7 @@ class BrokerController:
                 409,
             )
         self.master_http_address = http_address or self._default_master_http(ha_address)
+        self.registered_master_address = ""  # until the new master answers a registration
         self.config = dataclasses.replace(
             self.config, haMasterAddress=ha_address, masterHttpAddress=self.master_http_address
         )
@@ -413,6 +420,13 @@ class BrokerController:
             return ""
         host, _ = parse_host_port(ha_address, key="haMasterAddress")
         return f"{host}:{self.config.httpListenPort}"
+
+    def adopt_delay_offsets(self, data: dict[str, Any]) -> None:
+        """Slave sync: keep the master's delay-level progress (written only when it moved)."""
+        if {
+            int(k): int(v) for k, v in (data.get("offsetTable") or {}).items()
+        } != self.delays.table:
+            self.delays.replace_all(data)
 
     def note_slave_identity(
         self, ha_address: str, broker_id: int, listen_address: str, http_address: str = ""

@@ -75,8 +75,9 @@ class BrokerConfig:
     haListenPort: int = 10912
     httpListenPort: int = 10913  # habroker: HTTP API (admin, operator, /metrics, health)
     haMasterAddress: str = ""
+    masterAddress: str = ""  # habroker: slave: master's client (remoting) address
     masterHttpAddress: str = (
-        ""  # habroker: master's HTTP API (metadata copy); default HA host + httpListenPort
+        ""  # habroker: master's HTTP API (status, operator); default HA host + httpListenPort
     )
     # store
     storePathRootDir: str = field(default_factory=_default_store_root)
@@ -220,6 +221,8 @@ class BrokerConfig:
             parse_host_port(self.haMasterAddress, key="haMasterAddress")
         if self.masterHttpAddress:
             parse_host_port(self.masterHttpAddress, key="masterHttpAddress")
+        if self.masterAddress:
+            parse_host_port(self.masterAddress, key="masterAddress")
 
     def startup_warnings(self) -> list[str]:
         """What a user should hear at startup: keys without effect, a message-size mismatch."""

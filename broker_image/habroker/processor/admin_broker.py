@@ -120,8 +120,7 @@ class AdminBrokerProcessor:
         return request.response(body=body.dump_bytes({"offsetTable": table}))
 
     def all_delay_offset(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
-        # no ScheduleMessageService yet: no delay level has progress to report
-        return request.response(body=body.dump_bytes({"offsetTable": {}}))
+        return request.response(body=body.dump_bytes(self.broker.delays.to_json()))
 
     def all_subscription_groups(
         self, request: RemotingCommand, channel: Channel
