@@ -302,12 +302,12 @@ def test_rocketmq_keys_habroker_lacks_are_accepted_and_warned(tmp_path):
 
 
 def test_broker_conf_values_are_escaped(tmp_path):
-    tricky = "1s 5s\\10s # not a comment"
-    group = spec(brokerConfig={"messageDelayLevel": tricky, "deleteWhen": " 04"})
+    tricky = "/data/index\\a b # not a comment"
+    group = spec(brokerConfig={"storePathIndex": tricky, "deleteWhen": " 04"})
     path = tmp_path / "broker.conf"
     path.write_text(m.config_map(group, OWNER)["data"]["broker.conf"])
     props = read_properties(path)
-    assert props["messageDelayLevel"] == tricky
+    assert props["storePathIndex"] == tricky
     assert props["deleteWhen"] == " 04"
 
 
