@@ -15,6 +15,7 @@ from habroker.processor.client_manager import ConsumerManager, ProducerManager
 from habroker.processor.namesrv import NameServerProcessor
 from habroker.processor.pull_message import PullMessageProcessor
 from habroker.processor.send_message import SendMessageProcessor
+from habroker.processor.send_msg_back import ConsumerSendMsgBackProcessor
 from habroker.remoting.server import RemotingServer
 
 log = logging.getLogger(__name__)
@@ -28,8 +29,10 @@ class BrokerRemoting:
         self.producers = ProducerManager()
         self.client_manage = ClientManageProcessor(broker, self.consumers, self.producers)
         self.pull = PullMessageProcessor(broker, self.consumers)
+        self.send_back = ConsumerSendMsgBackProcessor(broker)
         for processor in (
             SendMessageProcessor(broker),
+            self.send_back,
             self.pull,
             self.client_manage,
             AdminBrokerProcessor(broker, self.consumers, self.producers),
