@@ -23,6 +23,7 @@ from habroker.processor.errors import REFUSALS, refusal
 from habroker.processor.headers import Header
 from habroker.remoting import RemotingCommand, RequestCode, ResponseCode
 from habroker.remoting.channel import Channel
+from habroker.remoting.command import CURRENT_VERSION
 from habroker.remoting.server import RemotingServer, RequestRefused
 
 log = logging.getLogger(__name__)
@@ -155,7 +156,7 @@ class AdminBrokerProcessor:
             earliest = first.store_timestamp if first is not None else 0
         table: dict[str, Any] = {
             "brokerVersionDesc": BROKER_VERSION_DESC,
-            "brokerVersion": "435",
+            "brokerVersion": str(CURRENT_VERSION),
             "msgPutTotalYesterdayMorning": "0",
             "msgPutTotalTodayMorning": "0",
             "msgPutTotalTodayNow": str(stats.put_messages),
