@@ -512,7 +512,12 @@ public final class RocketMQDriver {
             return 2;
         }
         MQAdminStartup.initCommand();
-        Field list = MQAdminStartup.class.getDeclaredField("subCommandList");
+        Field list;
+        try {
+            list = MQAdminStartup.class.getDeclaredField("subCommandList");  // 4.x
+        } catch (NoSuchFieldException e) {
+            list = MQAdminStartup.class.getDeclaredField("SUB_COMMANDS");  // 5.x
+        }
         list.setAccessible(true);
         SubCommand cmd = null;
         for (SubCommand c : (List<SubCommand>) list.get(null)) {

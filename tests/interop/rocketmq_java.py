@@ -16,6 +16,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -123,11 +124,12 @@ class NetNS:
     process it started (by PID), deletes the namespace and checks that nothing is left.
     """
 
-    def __init__(self, root: Path, name: str | None = None) -> None:
+    def __init__(self, root: Path, name: str | None = None, grace: float = 5.0) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.name = name or f"bgi-{os.getpid()}-{next(_names)}"
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.grace = grace  # seconds from SIGTERM to SIGKILL at close()
         self._open = False
 
     @property
@@ -247,7 +249,7 @@ class NetNS:
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + self.grace
         for proc in self.procs:
             try:
                 proc.wait(max(0.1, deadline - time.monotonic()))
@@ -295,6 +297,7 @@ class JavaProcess:
     """One RocketMQ server JVM in a namespace, with its own folder as ``user.home``."""
 
     main_class = ""
+    log_config = ""
     booted_marker = "boot success"
 
     def __init__(self, ns: NetNS, version: str, root: Path, port: int) -> None:
@@ -323,6 +326,8 @@ class JavaProcess:
             *JVM_FLAGS,
             f"-Duser.home={self.root}",
             f"-Drocketmq.home.dir={ROCKETMQ_HOME}",
+            # 5.x reads its (shaded) logback config from this property; 4.x from ROCKETMQ_HOME/conf
+            f"-Drmq.logback.configurationFile={ROCKETMQ_HOME / 'conf' / self.log_config}",
             "-cp",
             classpath(self.version),
             self.main_class,
@@ -378,6 +383,7 @@ class JavaNameServer(JavaProcess):
     """``NamesrvStartup`` (always 4.9.7: there is no 5.x name server jar on Maven Central)."""
 
     main_class = "org.apache.rocketmq.namesrv.NamesrvStartup"
+    log_config = "logback_namesrv.xml"
 
     def __init__(
         self, ns: NetNS, root: Path, port: int = 9876, version: str = NAMESRV_VERSION
@@ -411,6 +417,7 @@ class JavaBroker(JavaProcess):
     """``BrokerStartup -c broker.conf``.  Ports: listenPort, HA = listenPort+1, VIP = listenPort-2."""
 
     main_class = "org.apache.rocketmq.broker.BrokerStartup"
+    log_config = "logback_broker.xml"
 
     def __init__(self, ns: NetNS, version: str, root: Path, spec: BrokerSpec) -> None:
         super().__init__(ns, version, root, spec.listen_port)
@@ -488,6 +495,7 @@ def _driver(
         f"-Duser.home={home}",
         f"-Drocketmq.home.dir={ROCKETMQ_HOME}",
         f"-Dlogback.configurationFile={ROCKETMQ_HOME / 'conf' / 'logback_driver.xml'}",
+        f"-Drmq.logback.configurationFile={ROCKETMQ_HOME / 'conf' / 'logback_driver.xml'}",
         "-Drocketmq.client.rebalance.waitInterval=1000",
         "-cp",
         classpath(version, driver=True),
@@ -516,10 +524,11 @@ def run_driver(
     done, home = _driver(ns, version, args, timeout)
     events = parse_events(done.stdout)
     if check and (done.returncode != 0 or not events or events[-1].get("event") != "summary"):
-        summary = events[-1] if events else None
+        last = events[-1] if events else None
+        error = next((e for e in events if e.get("exception")), None)
         raise DriverFailed(
             f"driver {' '.join(args[:1])} ({version}) exited {done.returncode}, last event "
-            f"{summary}; stderr ({home}):\n{_tail(home / 'stderr', 30)}",
+            f"{last}, first error {error}; stderr ({home}):\n{_tail(home / 'stderr', 30)}",
             events,
         )
     return events
@@ -543,3 +552,53 @@ def events_of(events: Iterable[dict[str, Any]], kind: str) -> list[dict[str, Any
 def summary(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
     assert events and events[-1].get("event") == "summary", events[-3:]
     return events[-1]
+
+
+# -- reading mqadmin output -------------------------------------------------------------------
+
+_BARE_INT_KEY = re.compile(r'"(?:[^"\\]|\\.)*"|([{,]\s*)(-?\d+)(\s*:)')
+
+
+def loads_fastjson(text: str) -> Any:
+    """JSON as RocketMQ's fastjson writes it: maps with integer keys leave them unquoted."""
+
+    def quote(m: re.Match[str]) -> str:
+        return m.group(0) if m.group(1) is None else f'{m.group(1)}"{m.group(2)}"{m.group(3)}'
+
+    return json.loads(_BARE_INT_KEY.sub(quote, text))
+
+
+def table_rows(text: str) -> list[list[str]]:
+    """The whitespace-split rows under mqadmin's ``#Column`` header line."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("#")), None)
+    if start is None:
+        raise AssertionError(f"no table header in mqadmin output:\n{text}")
+    return [line.split() for line in lines[start + 1 :] if line.strip()]
+
+
+@dataclass(frozen=True)
+class ClusterRow:
+    cluster: str
+    broker_name: str
+    broker_id: int
+    address: str
+    version: str
+
+
+def cluster_list(text: str) -> list[ClusterRow]:
+    """``mqadmin clusterList``: one row per broker."""
+    return [ClusterRow(r[0], r[1], int(r[2]), r[3], r[4]) for r in table_rows(text)]
+
+
+@dataclass(frozen=True)
+class QueueStatus:
+    broker_name: str
+    queue_id: int
+    min_offset: int
+    max_offset: int
+
+
+def topic_status(text: str) -> list[QueueStatus]:
+    """``mqadmin topicStatus``: one row per queue."""
+    return [QueueStatus(r[0], int(r[1]), int(r[2]), int(r[3])) for r in table_rows(text)]
