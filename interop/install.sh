@@ -9,8 +9,9 @@
 #   ROCKETMQ_INTEROP_CACHE  cache root (default ${XDG_CACHE_HOME:-$HOME/.cache}/brokergroup/rocketmq)
 #   ROCKETMQ_INTEROP_SETS   which sets (default: every folder under interop/sets)
 #
-# Needs java, javac and mvn on PATH (Debian: openjdk-17-jdk-headless maven); with
-# ROCKETMQ_INTEROP_APT=1 it installs them with apt-get when missing.
+# Needs java, javac and mvn on PATH; when one is missing it installs Debian's
+# openjdk-17-jdk-headless and maven with apt-get (as root; ROCKETMQ_INTEROP_APT=0 refuses instead,
+# which is what the tests do: they skip, or fail under CI, rather than install packages).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -20,14 +21,15 @@ sets="${ROCKETMQ_INTEROP_SETS:-$(cd "$here/sets" && ls)}"
 say() { printf 'interop/install.sh: %s\n' "$*" >&2; }
 
 missing=()
-for tool in java javac mvn; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+for tool in java javac mvn ip; do command -v "$tool" >/dev/null || missing+=("$tool"); done
 if ((${#missing[@]})); then
-    if [[ "${ROCKETMQ_INTEROP_APT:-0}" == 1 ]]; then
-        say "installing openjdk-17-jdk-headless and maven with apt-get (missing: ${missing[*]})"
+    if [[ "${ROCKETMQ_INTEROP_APT:-1}" == 1 && $EUID == 0 ]] && command -v apt-get >/dev/null; then
+        say "apt-get install openjdk-17-jdk-headless maven iproute2 (missing: ${missing[*]})"
         apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless maven >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            openjdk-17-jdk-headless maven iproute2 >/dev/null
     else
-        say "missing ${missing[*]}: install a JDK (17+) and Maven, or rerun with ROCKETMQ_INTEROP_APT=1"
+        say "missing ${missing[*]}: install a JDK (17+) and Maven (Debian: openjdk-17-jdk-headless maven)"
         exit 3
     fi
 fi
@@ -47,8 +49,10 @@ for set in $sets; do
         say "$set: resolving $(sed -n 's/.*<dependency>.*<artifactId>\([^<]*\)<.*/\1/p' "$pom" | tr '\n' ' ')with Maven into $lib"
         start=$SECONDS
         rm -rf "$lib.tmp"
+        # (Maven 3.8 prints colour resets even with -B -q: strip them and empty lines)
         mvn -B -q -Dstyle.color=never -f "$pom" -Dmaven.repo.local="$cache/m2" \
-            dependency:copy-dependencies -DoutputDirectory="$lib.tmp" -DincludeScope=runtime
+            dependency:copy-dependencies -DoutputDirectory="$lib.tmp" -DincludeScope=runtime 2>&1 \
+            | sed -e 's/\x1b\[[0-9;]*m//g' -e '/^[[:space:]]*$/d' >&2
         rm -rf "$lib"
         mv "$lib.tmp" "$lib"
         echo "$want" >"$dir/lib.stamp"
