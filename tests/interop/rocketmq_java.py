@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Self, TypeVar
 
 import pytest
-from habroker.local import LocalBroker
+from habroker.local import LocalBroker, LocalGroup
 
 REPO = Path(__file__).resolve().parents[2]
 INSTALL_SCRIPT = REPO / "interop" / "install.sh"
@@ -147,6 +147,7 @@ class NetNS:
         return ("ip", "netns", "exec", self.name)
 
     def open(self) -> NetNS:
+        _remove_stale_namespaces()
         subprocess.run(["ip", "netns", "add", self.name], check=True, capture_output=True)
         self._open = True
         subprocess.run(
@@ -248,6 +249,14 @@ class NetNS:
         """A habroker process (habroker.local) that runs and is probed inside this namespace."""
         return LocalBroker(root, command_prefix=self.prefix, call_in=self.call, **config)
 
+    def local_group(
+        self, root: Path, slaves: int = 1, mode: str = "SYNC", **config: Any
+    ) -> LocalGroup:
+        """A habroker master with ``slaves`` slaves, all inside this namespace."""
+        return LocalGroup(
+            root, slaves=slaves, mode=mode, command_prefix=self.prefix, call_in=self.call, **config
+        )
+
     def close(self) -> None:
         """Stop what we started (SIGTERM, then SIGKILL), delete the namespace, check it is gone."""
         for proc in self.procs:
@@ -279,6 +288,20 @@ class NetNS:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _remove_stale_namespaces() -> None:
+    """Delete empty ``bgi-<pid>-<n>`` namespaces left by test processes that died (never one
+    with a process in it, nor one of a live process)."""
+    listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for line in listing.splitlines():
+        name = line.split()[0] if line.strip() else ""
+        match = re.fullmatch(r"bgi-(\d+)-\d+", name)
+        if not match or Path(f"/proc/{match.group(1)}").exists():
+            continue
+        pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True)
+        if not pids.stdout.strip():
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
 # -- Java processes ---------------------------------------------------------------------------

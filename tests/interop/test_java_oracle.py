@@ -112,14 +112,15 @@ def sent_ids(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def test_namespace_has_only_loopback_and_runs_habroker(netns: NetNS, tmp_path: Path) -> None:
     assert [name for _, name in netns.call(socket.if_nameindex)] == ["lo"]
-    broker = netns.local_broker(tmp_path / "habroker").start()
+    group = netns.local_group(tmp_path / "habroker", slaves=1).start()
     try:
-        port = int(broker.config["listenPort"])
+        port = int(group.master.config["listenPort"])
         assert netns.connectable(port)
-        assert broker.status()["maxOffset"] == 0  # the HTTP probe ran inside the namespace
-        assert broker.proc is not None and netns.pids() == [broker.proc.pid]
+        group.wait_replicated()  # the HTTP probes ran inside the namespace
+        assert group.master.status()["maxOffset"] == 0
+        assert sorted(netns.pids()) == sorted(b.proc.pid for b in group.brokers if b.proc)
     finally:
-        broker.stop()
+        group.stop()
     assert netns.pids() == []
 
 
