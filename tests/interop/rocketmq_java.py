@@ -134,6 +134,7 @@ class NetNS:
         self.root.mkdir(parents=True, exist_ok=True)
         self.name = name or f"bgi-{os.getpid()}-{next(_names)}"
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.habrokers: list[LocalBroker] = []  # started by habroker.local, stopped at close()
         self.grace = grace  # seconds from SIGTERM to SIGKILL at close()
         self._open = False
 
@@ -247,18 +248,24 @@ class NetNS:
 
     def local_broker(self, root: Path, **config: Any) -> LocalBroker:
         """A habroker process (habroker.local) that runs and is probed inside this namespace."""
-        return LocalBroker(root, command_prefix=self.prefix, call_in=self.call, **config)
+        broker = LocalBroker(root, command_prefix=self.prefix, call_in=self.call, **config)
+        self.habrokers.append(broker)
+        return broker
 
     def local_group(
         self, root: Path, slaves: int = 1, mode: str = "SYNC", **config: Any
     ) -> LocalGroup:
         """A habroker master with ``slaves`` slaves, all inside this namespace."""
-        return LocalGroup(
+        group = LocalGroup(
             root, slaves=slaves, mode=mode, command_prefix=self.prefix, call_in=self.call, **config
         )
+        self.habrokers.extend(group.brokers)
+        return group
 
     def close(self) -> None:
         """Stop what we started (SIGTERM, then SIGKILL), delete the namespace, check it is gone."""
+        for broker in self.habrokers:
+            broker.stop(timeout=self.grace)
         for proc in self.procs:
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -511,7 +518,7 @@ class DriverFailed(AssertionError):
 
 
 def _driver(
-    ns: NetNS, version: str, args: Sequence[str], timeout: float
+    ns: NetNS, version: str, args: Sequence[str], timeout: float, serialize: str | None = None
 ) -> tuple[subprocess.CompletedProcess[str], Path]:
     ensure_installed([version])
     home = ns.root / f"driver-{next(_runs)}"
@@ -525,6 +532,7 @@ def _driver(
         f"-Dlogback.configurationFile={ROCKETMQ_HOME / 'conf' / 'logback_driver.xml'}",
         f"-Drmq.logback.configurationFile={ROCKETMQ_HOME / 'conf' / 'logback_driver.xml'}",
         "-Drocketmq.client.rebalance.waitInterval=1000",
+        *([f"-Drocketmq.serialize.type={serialize}"] if serialize else []),
         "-cp",
         classpath(version, driver=True),
         "RocketMQDriver",
@@ -546,10 +554,19 @@ def parse_events(stdout: str) -> list[dict[str, Any]]:
 
 
 def run_driver(
-    ns: NetNS, version: str, *args: str, check: bool = True, timeout: float = 180.0
+    ns: NetNS,
+    version: str,
+    *args: str,
+    check: bool = True,
+    timeout: float = 180.0,
+    serialize: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Run ``RocketMQDriver <args>`` (the ``version`` client) in ``ns``; its events, summary last."""
-    done, home = _driver(ns, version, args, timeout)
+    """Run ``RocketMQDriver <args>`` (the ``version`` client) in ``ns``; its events, summary last.
+
+    ``serialize="ROCKETMQ"`` makes the client encode request headers in RocketMQ's binary
+    serialization instead of JSON (``-Drocketmq.serialize.type``).
+    """
+    done, home = _driver(ns, version, args, timeout, serialize)
     events = parse_events(done.stdout)
     if check and (done.returncode != 0 or not events or events[-1].get("event") != "summary"):
         last = events[-1] if events else None
@@ -562,9 +579,11 @@ def run_driver(
     return events
 
 
-def run_mqadmin(ns: NetNS, version: str, *args: str, timeout: float = 120.0) -> str:
+def run_mqadmin(
+    ns: NetNS, version: str, *args: str, timeout: float = 120.0, serialize: str | None = None
+) -> str:
     """The real mqadmin (rocketmq-tools ``version``) in ``ns``; its stdout.  Raises if it threw."""
-    done, home = _driver(ns, version, ["admin", *args], timeout)
+    done, home = _driver(ns, version, ["admin", *args], timeout, serialize)
     if done.returncode != 0:
         raise AssertionError(
             f"mqadmin {' '.join(args)} ({version}) exited {done.returncode}:\n"

@@ -223,6 +223,28 @@ def test_every_send_mode_is_read_back_once_with_identical_bytes(group: JavaGroup
     assert not any(m["sysFlag"] & 1 for m in messages if m not in big)
 
 
+def test_binary_header_serialization_round_trip(group: JavaGroup) -> None:
+    """-Drocketmq.serialize.type=ROCKETMQ: the client's headers in RocketMQ's binary encoding."""
+    ns, topic = group.ns, "T-binary"
+    create_topic(ns, topic, 2)
+    events = run_driver(
+        ns, V4, "produce", "--namesrv", NAMESRV, "--topic", topic, "--count", "4",
+        "--id-prefix", "bin-", "--prop", "k=v", "--trace", serialize="ROCKETMQ",
+    )  # fmt: skip
+    assert summary(events)["sendOk"] == 4
+    rpcs = events_of(events, "rpc")
+    assert rpcs and {r["serialize"] for r in rpcs} == {"ROCKETMQ"}
+    sends = sent_ids(events)
+    events = run_driver(
+        ns, V4, "lite-pull", "--namesrv", NAMESRV, "--topic", topic, "--group", "g-binary",
+        "--expect", "4", "--timeout-s", "45", serialize="ROCKETMQ",
+    )  # fmt: skip
+    messages = events_of(events, "message")
+    assert sorted(m["id"] for m in messages) == sorted(sends)
+    assert all(m["sha256"] == sends[m["id"]]["sha"] for m in messages)
+    assert all(m["properties"]["k"] == "v" for m in messages)
+
+
 # -- push consumers ---------------------------------------------------------------------------
 
 
