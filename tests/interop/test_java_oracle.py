@@ -114,7 +114,7 @@ def test_namespace_has_only_loopback_and_runs_habroker(netns: NetNS, tmp_path: P
     assert [name for _, name in netns.call(socket.if_nameindex)] == ["lo"]
     group = netns.local_group(tmp_path / "habroker", slaves=1).start()
     try:
-        port = int(group.master.config["listenPort"])
+        port = int(group.master.config["httpListenPort"])
         assert netns.connectable(port)
         group.wait_replicated()  # the HTTP probes ran inside the namespace
         assert group.master.status()["maxOffset"] == 0
