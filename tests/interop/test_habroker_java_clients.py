@@ -154,3 +154,77 @@ def test_mqadmin_status_progress_and_message_lookup(group: JavaGroup) -> None:
     assert "delete topic [" in out and "success" in out, out
     topics = run_mqadmin(ns, V4, "topicList", "-n", group.namesrv).split()
     assert topic not in topics
+
+
+# -- a Java slave of a habroker master --------------------------------------------------------------
+
+
+def test_java_slave_copies_metadata_from_a_habroker_master(netns: NetNS) -> None:
+    """A RocketMQ 4.9.7 SLAVE whose name server is the habroker master: it registers
+    (REGISTER_BROKER), learns its master's client and HA addresses from the answer, replicates
+    the commit log and copies topics, subscription groups and consumer offsets with its own
+    SlaveSynchronize (GET_ALL_* requests)."""
+    from tests.interop.rocketmq_java import BrokerSpec, JavaBroker, loads_fastjson
+
+    master = netns.local_broker(
+        netns.root / "habroker-master",
+        brokerRole="ASYNC_MASTER",
+        mappedFileSizeCommitLog=64 * 1024 * 1024,  # the Java slave's file size
+        listenPort=10911,
+        fastListenPort=-1,  # 10909: a Java slave copies metadata through the VIP channel
+    )
+    master.start()
+    namesrv = master.address
+    create_topic(netns, "T-js", 2, namesrv=namesrv)
+    run_mqadmin(netns, V4, "updateSubGroup", "-n", namesrv, "-b", master.address, "-g", "g-js",
+                "-r", "5")  # fmt: skip
+    sends = sent_ids(produce(netns, "T-js", "--count", "8", "--id-prefix", "js-", namesrv=namesrv))
+    run_driver(netns, V4, "lite-pull", "--namesrv", namesrv, "--topic", "T-js", "--group", "g-js",
+               "--expect", "8", "--timeout-s", "45")  # fmt: skip
+
+    slave = JavaBroker(
+        netns, V4, netns.root / "java-slave",
+        BrokerSpec(broker_id=1, role="SLAVE", namesrv_addr=namesrv, listen_port=10921,
+                   extra={"mappedFileSizeCommitLog": 64 * 1024 * 1024}),
+    )  # fmt: skip
+    slave.start()
+    config = slave.store_dir / "config"
+
+    def copied() -> dict[str, object] | None:
+        try:
+            topics = loads_fastjson((config / "topics.json").read_text())
+            groups = loads_fastjson((config / "subscriptionGroup.json").read_text())
+            offsets = loads_fastjson((config / "consumerOffset.json").read_text())
+        except (OSError, ValueError):
+            return None
+        if "T-js" not in topics.get("topicConfigTable", {}):
+            return None
+        if "g-js" not in groups.get("subscriptionGroupTable", {}):
+            return None
+        if "T-js@g-js" not in offsets.get("offsetTable", {}):
+            return None
+        return {"topics": topics, "groups": groups, "offsets": offsets}
+
+    deadline = time.monotonic() + 60
+    got = copied()
+    while got is None and time.monotonic() < deadline:
+        time.sleep(1)
+        got = copied()
+    assert got is not None, f"the Java slave copied nothing in 60 s:\n{slave.tail_log()}"
+    assert got["topics"]["topicConfigTable"]["T-js"]["readQueueNums"] == 2  # type: ignore[index]
+    assert got["groups"]["subscriptionGroupTable"]["g-js"]["retryMaxTimes"] == 5  # type: ignore[index]
+    assert sum(got["offsets"]["offsetTable"]["T-js@g-js"].values()) == len(sends)  # type: ignore[index]
+
+    # it replicates too: the master sees a slave acknowledging everything it has
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        status = master.status()
+        slaves = status["master"]["slaves"]
+        if slaves and slaves[0]["ackOffset"] == status["maxOffset"]:
+            break
+        time.sleep(0.5)
+    assert slaves and slaves[0]["ackOffset"] == status["maxOffset"] > 0, status
+    # and routes now name it, as brokerId 1
+    route = loads_fastjson(run_mqadmin(netns, V4, "topicRoute", "-n", namesrv, "-t", "T-js"))
+    assert route["brokerDatas"][0]["brokerAddrs"] == {"0": master.address, "1": slave.address}
+    slave.stop()
