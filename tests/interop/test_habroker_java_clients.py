@@ -287,3 +287,61 @@ def test_a_slow_consumer_reads_its_backlog_from_the_slave(netns: NetNS) -> None:
     assert {m["id"] for m in events_of(events, "message")} == {f"w-{i}" for i in range(20)}
     assert pulled_messages(netns, master) - before[0] >= 20
     assert pulled_messages(netns, slave) - before[1] == 0
+
+
+# -- a habroker group behind a real RocketMQ NameServer ----------------------------------------------
+
+
+def test_habroker_group_registers_with_a_java_name_server(netns: NetNS) -> None:
+    """namesrvAddr: master and slave register with a real 4.9.7 NameServer; the slave is given no
+    haMasterAddress and finds its master through the name server's answer, as a Java slave does.
+    Java clients that know only the name server then produce and consume through the group."""
+    from tests.interop.rocketmq_java import JavaNameServer, cluster_list
+
+    namesrv = JavaNameServer(netns, netns.root / "namesrv").start()
+    master = netns.local_broker(
+        netns.root / "m", brokerRole="SYNC_MASTER", namesrvAddr=namesrv.address,
+        mappedFileSizeCommitLog=16 * 1024 * 1024,
+    )  # fmt: skip
+    master.start()
+    slave = netns.local_broker(
+        netns.root / "s", brokerRole="SLAVE", brokerId=1, namesrvAddr=namesrv.address,
+        registerNameServerPeriod=10000, mappedFileSizeCommitLog=16 * 1024 * 1024,
+    )  # fmt: skip
+    slave.start(wait=False)
+    deadline = time.monotonic() + 30
+    rows: list = []
+    while time.monotonic() < deadline:
+        rows = cluster_list(run_mqadmin(netns, V4, "clusterList", "-n", namesrv.address))
+        if {(r.broker_id, r.address) for r in rows} == {(0, master.address), (1, slave.address)}:
+            break
+        time.sleep(1)
+    assert {(r.broker_id, r.address, r.version) for r in rows} == {
+        (0, master.address, HABROKER_VERSION),
+        (1, slave.address, HABROKER_VERSION),
+    }, rows
+    slave.wait_healthy(30)
+    assert slave.status()["slave"]["masterAddress"] == master.ha_address
+    create_topic(netns, "T-ns", 2, namesrv=namesrv.address)
+    # the topic reaches the name server with the next registration (as with a Java broker)
+    deadline = time.monotonic() + 40
+    while True:
+        try:
+            run_mqadmin(netns, V4, "topicRoute", "-n", namesrv.address, "-t", "T-ns")
+            break
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+    sends = sent_ids(produce(netns, "T-ns", "--count", "12", "--id-prefix", "ns-",
+                             namesrv=namesrv.address))  # fmt: skip
+    assert all(s["status"] == "SEND_OK" for s in sends.values())  # SYNC: the slave acknowledged
+    events = run_driver(netns, V4, "lite-pull", "--namesrv", namesrv.address, "--topic", "T-ns",
+                        "--group", "g-ns", "--expect", "12", "--timeout-s", "45")  # fmt: skip
+    assert Counter(m["id"] for m in events_of(events, "message")) == Counter(
+        dict.fromkeys(sends, 1)
+    )
+    # a stopped broker unregisters: the name server forgets it at once
+    slave.stop()
+    rows = cluster_list(run_mqadmin(netns, V4, "clusterList", "-n", namesrv.address))
+    assert {(r.broker_id, r.address) for r in rows} == {(0, master.address)}
