@@ -19,7 +19,14 @@ from collections.abc import Iterator
 import pytest
 from habroker.local import LocalBroker, LocalGroup
 
-from tests.interop.rocketmq_java import NetNS, events_of, run_driver, run_mqadmin, summary
+from tests.interop.rocketmq_java import (
+    NetNS,
+    events_of,
+    run_driver,
+    run_mqadmin,
+    summary,
+    topic_status,
+)
 from tests.interop.test_java_oracle import (  # the oracle's scenarios, collected again here
     V4,
     JavaGroup,
@@ -345,3 +352,30 @@ def test_habroker_group_registers_with_a_java_name_server(netns: NetNS) -> None:
     slave.stop()
     rows = cluster_list(run_mqadmin(netns, V4, "clusterList", "-n", namesrv.address))
     assert {(r.broker_id, r.address) for r in rows} == {(0, master.address)}
+
+
+# -- the 5.x remoting client ------------------------------------------------------------------------
+
+
+def test_531_client_and_mqadmin_against_habroker(group: JavaGroup) -> None:
+    """The 5.3.1 client: its lite-pull consumer pulls with LITE_PULL_MESSAGE (361), its producer
+    sends heartbeats, and 5.3.1 mqadmin's topicStatus asks GET_TOPIC_CONFIG (351)."""
+    from tests.interop.test_java_oracle import V5
+
+    ns = group.ns
+    create_topic(ns, "T-five", 2, version=V5, namesrv=group.namesrv)
+    sends: dict[str, dict] = {}
+    for mode in ("sync", "batch"):
+        events = produce(ns, "T-five", "--mode", mode, "--count", "8", "--id-prefix", f"{mode}5-",
+                         "--tags", "five", version=V5, namesrv=group.namesrv)  # fmt: skip
+        assert summary(events)["sendOk"] == 8
+        sends.update(sent_ids(events))
+    events = run_driver(ns, V5, "lite-pull", "--namesrv", group.namesrv, "--topic", "T-five",
+                        "--group", "g-five", "--expect", "16", "--timeout-s", "60",
+                        "--trace")  # fmt: skip
+    messages = events_of(events, "message")
+    assert Counter(m["id"] for m in messages) == Counter(dict.fromkeys(sends, 1))
+    assert all(m["sha256"] == sends[m["id"]]["sha"] for m in messages)
+    assert "LITE_PULL_MESSAGE" in {r["name"] for r in events_of(events, "rpc")}
+    rows = topic_status(run_mqadmin(ns, V5, "topicStatus", "-n", group.namesrv, "-t", "T-five"))
+    assert len(rows) == 2 and sum(r.max_offset for r in rows) == 16, rows
