@@ -52,7 +52,11 @@ class _Facade:
     def __init__(self, namesrv_addr: str | Sequence[str], timeout: float, name: str) -> None:
         self._loop = _LoopThread(name)
         # the instance owns asyncio objects: build it on its loop
-        self._instance = self._loop.run(_build_instance(namesrv_addr, timeout))
+        try:
+            self._instance = self._loop.run(_build_instance(namesrv_addr, timeout))
+        except BaseException:
+            self._loop.stop()
+            raise
 
     def _close(self, closer: Coroutine[Any, Any, None]) -> None:
         try:
