@@ -70,7 +70,9 @@ async def test_tag_expression_filters(broker):
     tags = ["a", "b", "c", "a", "c", "b", "a"]
     async with MQProducer(broker.address) as producer:
         await producer.send_batch(
-            "tags", [OutgoingMessage(f"{i}{t}".encode(), tags=t) for i, t in enumerate(tags)], queue=0
+            "tags",
+            [OutgoingMessage(f"{i}{t}".encode(), tags=t) for i, t in enumerate(tags)],
+            queue=0,
         )
     async with MQPullConsumer(broker.address, "g") as consumer:
         res = await consumer.pull(mq, 0, 32, "a || c")
@@ -221,7 +223,8 @@ async def test_poll_reports_the_slave_that_served(group):
     assert seen == {0, 1}
     # offsets were committed to the master, whichever member served the reads
     wait_for(
-        lambda: group.master.call(lambda: group.master.broker.offsets.query("pollers", "pr", 0))
-        == 2000,
+        lambda: (
+            group.master.call(lambda: group.master.broker.offsets.query("pollers", "pr", 0)) == 2000
+        ),
         what="offset on the master",
     )

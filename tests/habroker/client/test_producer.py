@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections import Counter
@@ -69,7 +70,7 @@ async def test_round_robin_over_write_queues(broker):
     assert Counter(r.queue_id for r in results) == {0: 3, 1: 3, 2: 3, 3: 3}
     # consecutive sends take consecutive queues
     ids = [r.queue_id for r in results]
-    assert all((b - a) % 4 == 1 for a, b in zip(ids, ids[1:], strict=False))
+    assert all((b - a) % 4 == 1 for a, b in itertools.pairwise(ids))
 
 
 async def test_batch_is_one_request_into_one_queue(broker):
@@ -155,6 +156,7 @@ def test_uniq_id_has_rocketmq_layout():
     a, b = new_uniq_id(), new_uniq_id()
     assert len(a) == 32 and a.isupper() and a != b
     ip_a, pid_a, ms_a, counter_a = uniq_id_parts(a)
+    assert ip_a.count(".") == 3
     _, pid_b, ms_b, counter_b = uniq_id_parts(b)
     assert pid_a == pid_b == os.getpid() & 0xFFFF
     assert counter_b == (counter_a + 1) & 0xFFFF
