@@ -55,6 +55,7 @@ FLAG_SUSPEND = 0x2
 FLAG_SUBSCRIPTION = 0x4
 FLAG_LITE_PULL = 0x10
 PULL_DELAY_ON_ERROR = 1.0  # seconds before a queue's task pulls again after a failure
+SUSPEND_MARGIN = 10.0
 
 
 class PullStatus(StrEnum):
@@ -227,11 +228,14 @@ class MQPullConsumer:
             "subVersion": self._sub_version(sub_string),
             "expressionType": "TAG",
         }
+        # a broker may answer a held pull a few seconds after its suspend time (RocketMQ's
+        # hold service checks every 5 s): wait longer than that, as consumerTimeoutMillisWhenSuspend
+        wait = suspend + SUSPEND_MARGIN if suspend > 0 else self.timeout
         wanted = self.pull_from.get(mq, MASTER_ID)
         address, broker_id = await self._subscribe_address(mq, wanted)
         try:
             answer = await self.instance.invoke(
-                address, RequestCode.PULL_MESSAGE, header, timeout=self.timeout + suspend
+                address, RequestCode.PULL_MESSAGE, header, timeout=wait
             )
         except BrokerUnreachableError:
             if broker_id == MASTER_ID:
@@ -241,7 +245,7 @@ class MQPullConsumer:
             self.pull_from[mq] = MASTER_ID
             address, broker_id = await self._subscribe_address(mq, MASTER_ID)
             answer = await self.instance.invoke(
-                address, RequestCode.PULL_MESSAGE, header, timeout=self.timeout + suspend
+                address, RequestCode.PULL_MESSAGE, header, timeout=wait
             )
         status = _STATUS_BY_CODE.get(answer.code)
         if status is None:
@@ -407,6 +411,12 @@ class MQPullConsumer:
                 self.last_error = exc
                 log.warning("pulling %s failed: %s", st.mq, exc)
                 await asyncio.sleep(PULL_DELAY_ON_ERROR)
+                continue
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is None or task.cancelling():
+                    raise
+                # not us: a connection attempt shared with a caller that was cancelled
                 continue
             if generation != st.generation:
                 return

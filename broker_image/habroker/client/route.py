@@ -211,7 +211,7 @@ class TopicRouteCache:
         self.ttl = ttl
         self.timeout = timeout
         self._routes: dict[str, _Cached] = {}
-        self._fetching: dict[str, asyncio.Future[TopicRoute]] = {}
+        self._fetching: dict[str, asyncio.Task[TopicRoute]] = {}
         self._preferred = 0  # index of the name server that answered last
         # brokerName -> {brokerId: address}, from every route seen (MQClientInstance's table)
         self.broker_addrs: dict[str, dict[int, str]] = {}
@@ -251,21 +251,20 @@ class TopicRouteCache:
         cached = self._routes.get(topic)
         if not refresh and cached is not None and time.monotonic() - cached.fetched < self.ttl:
             return cached.route
-        pending = self._fetching.get(topic)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        future: asyncio.Future[TopicRoute] = asyncio.get_running_loop().create_future()
-        self._fetching[topic] = future
-        try:
-            route = await self._fetch(topic)
-            future.set_result(route)
-            return route
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()
-            raise
-        finally:
+        # one request per topic however many callers ask at once; a caller that is cancelled
+        # does not cancel the others' fetch
+        task = self._fetching.get(topic)
+        if task is None:
+            task = asyncio.create_task(self._fetch(topic), name=f"route {topic}")
+            self._fetching[topic] = task
+            task.add_done_callback(lambda t: self._fetched(topic, t))
+        return await asyncio.shield(task)
+
+    def _fetched(self, topic: str, task: asyncio.Task[TopicRoute]) -> None:
+        if self._fetching.get(topic) is task:
             del self._fetching[topic]
+        if not task.cancelled():
+            task.exception()  # retrieved: no warning when every caller went away
 
     async def _fetch(self, topic: str) -> TopicRoute:
         address, status, remark, body = await self.namesrv_invoke(

@@ -228,3 +228,21 @@ async def test_poll_reports_the_slave_that_served(group):
         ),
         what="offset on the master",
     )
+
+
+async def test_heartbeat_registers_the_group_and_close_unregisters(broker):
+    await setup_topic(broker.address, "hb", 2)
+
+    def members() -> dict:
+        groups = broker.remoting.consumers.groups
+        return {g: sorted(info.subscriptions) for g, info in groups.items()}
+
+    consumer = MQPullConsumer(broker.address, "hbgroup", long_polling_timeout=0.5)
+    await consumer.assign(await consumer.fetch_message_queues("hb"), "a || b")
+    assert broker.call(members) == {"hbgroup": ["hb"]}
+    sub = broker.call(lambda: broker.remoting.consumers.groups["hbgroup"].subscriptions["hb"])
+    assert sub.tags == ["a", "b"]
+    # the broker made the group's retry topic, as it does for a Java consumer's heartbeat
+    assert broker.call(lambda: broker.broker.topics.get("%RETRY%hbgroup") is not None)
+    await consumer.close()
+    assert broker.call(members) == {}

@@ -10,6 +10,7 @@ from collections import Counter
 import pytest
 from habroker.client import (
     BrokerUnreachableError,
+    ClientInstance,
     MessageQueue,
     MessageRejectedError,
     MQAdmin,
@@ -24,6 +25,7 @@ from habroker.client import (
 from habroker.client.uniq_id import new_uniq_id, uniq_id_parts
 from habroker.local import free_port
 from habroker.message import decode_offset_msg_id
+from habroker.remoting import SerializeType
 
 
 async def create(addr: str, topic: str, queues: int = 4) -> None:
@@ -162,3 +164,21 @@ def test_uniq_id_has_rocketmq_layout():
     assert counter_b == (counter_a + 1) & 0xFFFF
     assert 0 <= ms_b - ms_a < 1000
     assert a[:20] == b[:20]  # ip + pid + per-process part
+
+
+async def test_binary_headers_and_a_shared_instance(broker):
+    """The ROCKETMQ header serialization (what Java clients send with serializeType=ROCKETMQ)."""
+    await create(broker.address, "bin", 1)
+    async with ClientInstance(broker.address, serialize_type=SerializeType.ROCKETMQ) as shared:
+        producer = MQProducer(instance=shared)
+        consumer = MQPullConsumer(instance=shared, group="bin")
+        sent = await producer.send("bin", "é body", tags="t", properties={"k": "vé"})
+        (mq,) = await consumer.fetch_message_queues("bin")
+        res = await consumer.pull(mq, 0)
+        (msg,) = res.messages
+        assert msg.body == "é body".encode() and msg.properties["k"] == "vé"
+        assert msg.uniq_key == sent.msg_id
+        await producer.close()
+        await consumer.close()
+        # the instance is the caller's: still usable after its users closed
+        assert (await shared.routes.get("bin", refresh=True)).topic == "bin"
