@@ -45,7 +45,7 @@ SWEEP_RE = re.compile(r"^(\S+ \S+) .*sweep (\S+)/(\S+) done in ([\d.]+) ms")
 
 
 def start_broker(
-    root: Path, host: str, client: int, ha: int, **conf: str
+    root: Path, host: str, client: int, ha: int, http: int, **conf: str
 ) -> subprocess.Popen[bytes]:
     root.mkdir(parents=True, exist_ok=True)
     settings = {
@@ -53,6 +53,7 @@ def start_broker(
         "brokerIP1": host,
         "listenPort": str(client),
         "haListenPort": str(ha),
+        "httpListenPort": str(http),
         "storePathRootDir": str(root / "store"),
         "mappedFileSizeCommitLog": str(1 << 20),
         "maxMessageSize": str(1 << 16),
@@ -180,10 +181,10 @@ def main() -> None:
         masters = []
         objects: list[dict[str, Any]] = []
         for i in range(args.groups):
-            name, client, ha = f"bg-{i}", 20000 + 2 * i, 20001 + 2 * i
+            name, client, ha, http = f"bg-{i}", 20000 + 3 * i, 20001 + 3 * i, 20002 + 3 * i
             mhost = f"127.0.1.{i + 1}"
             brokers.append(
-                start_broker(work / name / "m", mhost, client, ha, brokerRole="ASYNC_MASTER")
+                start_broker(work / name / "m", mhost, client, ha, http, brokerRole="ASYNC_MASTER")
             )
             brokers.append(
                 start_broker(
@@ -191,13 +192,14 @@ def main() -> None:
                     "127.0.0.1",
                     client,
                     ha,
+                    http,
                     brokerRole="SLAVE",
                     brokerId="1",
                     haMasterAddress=f"{mhost}:{ha}",
-                    masterHttpAddress=f"{mhost}:{client}",
+                    masterHttpAddress=f"{mhost}:{http}",
                 )
             )
-            masters.append(f"{mhost}:{client}")
+            masters.append(f"{mhost}:{http}")  # the HTTP API: producers and the operator
             objects.append(
                 {
                     "apiVersion": "brokergroup.io/v1alpha1",
@@ -207,7 +209,7 @@ def main() -> None:
                         "image": "habroker:bench",
                         "slaves": 1,
                         "storage": {"ephemeral": True},
-                        "ports": {"client": client, "ha": ha},
+                        "ports": {"client": client, "ha": ha, "http": http},
                         "readPolicy": {"slaveReadEnable": True},
                     },
                 }

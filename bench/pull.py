@@ -127,7 +127,7 @@ def fill(port: int, topic: str, total: int) -> None:
 def run(systems: Systems, settings: common.Settings) -> dict[str, Any]:
     assert max(CONSUMERS) <= QUEUES
     group = systems.group("habroker_async")
-    port = int(group.master.config["listenPort"])
+    port = int(group.master.config["httpListenPort"])  # the HTTP API
     # the produce benchmark left the queues non-empty: a new topic starts at offset 0
     topic = f"pull{int(time.time())}"
     code, body = group.master.request(

@@ -39,7 +39,7 @@ def produce(group: Any, topic: str, queues: int, messages: int, body: int) -> fl
         if n
     }
     start = time.perf_counter()
-    with Producer(group.master.address, timeout=120) as producer:
+    with Producer(group.master.http_address, timeout=120) as producer:
         producer.create_topic(topic, queues)
         for queue in range(queues):
             left = per_queue
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
             # a fresh DataFrameReader each time: .option() changes a reader in place
             r = (
                 spark.read.format("brokergroup")
-                .option("endpoints", group.endpoints)
+                .option("endpoints", group.http_endpoints)
                 .option("topic", topic)
                 .option("maxRecordsPerPartition", str(args.records_per_partition))
             )

@@ -86,7 +86,7 @@ def produce_job(
     body = common.payload()
     processes = min(producers, 4)
     if system.startswith("habroker"):
-        port = int(systems.group(system).master.config["listenPort"])
+        port = int(systems.group(system).master.config["httpListenPort"])  # the HTTP API
         requests = [
             loadgen.http_produce(port, servers.TOPIC, i % servers.QUEUES, body, batch)
             for i in range(producers)

@@ -4,17 +4,18 @@ with this file on stdin, in a pod of the broker image (it has habroker's client 
 Running inside a pod is what makes it portable: the group's Services and per-pod DNS names
 resolve the same on kind and on the local cluster, with no port-forward. ``make demo`` and the
 end-to-end suite (e2e/tests/test_user_path.py) both use it. Every command prints one JSON line.
+Addresses are the brokers' HTTP API: the Services' ``http`` port (httpListenPort, 10913).
 
-    produce --broker HOST:PORT --topic T --count N [--batch B] [--prefix P] [--start I]
+    produce --broker HOST:HTTPPORT --topic T --count N [--batch B] [--prefix P] [--start I]
         bodies "P-<i>" for i in [start, start+count); reports which were acknowledged
         (PUT_OK: in SYNC mode, stored on the master and on a slave) and every other status
-    read --broker HOST:PORT --topic T
+    read --broker HOST:HTTPPORT --topic T
         every message of every queue, pulled from that one broker (no redirection)
-    consume --brokers 0=HOST:PORT,1=HOST:PORT --topic T --group G [--count N]
+    consume --brokers 0=HOST:HTTPPORT,1=HOST:HTTPPORT --topic T --group G [--count N]
         a consumer group from the earliest offset (or its committed one: --from committed),
         following suggestWhichBrokerId;
         reports which brokerId served each message
-    status --broker HOST:PORT
+    status --broker HOST:HTTPPORT
         the broker's GET /v1/status
 """
 

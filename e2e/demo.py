@@ -175,8 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     clock.phase("group Ready", t)
 
     t = time.monotonic()
-    svc = f"{name}:10911"
-    say(f"== produce {args.messages} messages (SYNC) through the client Service {svc}")
+    http_port = int(group["spec"].get("ports", {}).get("http", 10913))
+    svc = f"{name}:{http_port}"  # the client Service's http port: habroker's HTTP API
+    say(f"== produce {args.messages} messages (SYNC) through the client Service {svc} (HTTP API)")
     client = c.client_pod(DEMO_NS, broker_image)
     res = c.client(
         DEMO_NS,
@@ -196,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         f"   {acked}/{args.messages} acknowledged (PUT_OK: on the master and its slave) in "
         f"{res['seconds']}s; other: {json.dumps(res['notAcked'])}; errors: {res['errorCount']}"
     )
-    brokers = f"0={svc},1={name}-slave-0.{name}-slave:10911"
+    brokers = f"0={svc},1={name}-slave-0.{name}-slave:{http_port}"
     res = c.client(
         DEMO_NS,
         client,

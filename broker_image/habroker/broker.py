@@ -81,8 +81,8 @@ class BrokerController:
         self.started_at = time.monotonic()
         self.ready = False
         self._round_robin: dict[str, int] = {}
-        # HA peer address -> (brokerId, listen address), as slaves announce over HTTP
-        self.slave_identities: dict[str, tuple[int, str]] = {}
+        # HA peer address -> (brokerId, listen address, HTTP address), as slaves announce them
+        self.slave_identities: dict[str, tuple[int, str, str]] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -134,16 +134,20 @@ class BrokerController:
         )
         self.started_at = time.monotonic()
         self.ready = True
+        cfg = self.config
         log.info(
-            "broker %s id=%d role=%s started: client %s:%d, ha %s",
-            self.config.brokerName,
-            self.config.brokerId,
+            "broker %s id=%d role=%s started: client (remoting) %s:%d, http %s:%d, ha %s",
+            cfg.brokerName,
+            cfg.brokerId,
             self.role.value,
-            self.config.bindAddress,
-            self.config.listenPort,
-            f"{self.config.bindAddress}:{self.config.haListenPort}"
+            cfg.bindAddress,
+            cfg.listenPort,
+            cfg.bindAddress,
+            cfg.httpListenPort,
+            f"{cfg.bindAddress}:{cfg.haListenPort}"
             if not self.is_slave
-            else f"-> {self.config.haMasterAddress or '(no master address yet)'}",
+            else f"-> {cfg.haMasterAddress or '(no master address yet)'} "
+            f"(a slave leaves haListenPort {cfg.haListenPort} unbound)",
         )
 
     async def stop(self) -> None:
@@ -408,11 +412,18 @@ class BrokerController:
         if not ha_address:
             return ""
         host, _ = parse_host_port(ha_address, key="haMasterAddress")
-        return f"{host}:{self.config.listenPort}"
+        return f"{host}:{self.config.httpListenPort}"
 
-    def note_slave_identity(self, ha_address: str, broker_id: int, listen_address: str) -> None:
-        """A slave said which HA connection is its own (see SlaveSynchronize)."""
-        if self.slave_identities.get(ha_address) != (broker_id, listen_address):
+    def note_slave_identity(
+        self, ha_address: str, broker_id: int, listen_address: str, http_address: str = ""
+    ) -> None:
+        """A slave said which HA connection is its own (see SlaveSynchronize). A caller that
+        does not know the slave's HTTP address (empty) keeps the one already known."""
+        known = self.slave_identities.get(ha_address)
+        if not http_address and known is not None and known[:2] == (broker_id, listen_address):
+            http_address = known[2]
+        identity = (broker_id, listen_address, http_address)
+        if known != identity:
             live = (
                 {row["address"] for row in self._slave_rows(self.ha_service.status())}
                 if self.ha_service
@@ -420,9 +431,13 @@ class BrokerController:
             )
             # forget connections that are gone, so the table stays the size of the group
             self.slave_identities = {k: v for k, v in self.slave_identities.items() if k in live}
-            self.slave_identities[ha_address] = (broker_id, listen_address)
+            self.slave_identities[ha_address] = identity
             log.info(
-                "slave brokerId=%d (%s) is HA connection %s", broker_id, listen_address, ha_address
+                "slave brokerId=%d (client %s, http %s) is HA connection %s",
+                broker_id,
+                listen_address,
+                http_address or "?",
+                ha_address,
             )
 
     @staticmethod
@@ -441,6 +456,7 @@ class BrokerController:
             "flushDiskType": cfg.flushDiskType.value,
             "version": __version__,
             "listenAddress": f"{cfg.brokerIP1}:{cfg.listenPort}",
+            "httpAddress": f"{cfg.brokerIP1}:{cfg.httpListenPort}",
             "haListenAddress": f"{cfg.brokerIP1}:{cfg.haListenPort}",
             "minOffset": store.min_phy_offset,
             "maxOffset": store.max_phy_offset,
@@ -458,9 +474,12 @@ class BrokerController:
         if self.ha_service is not None:
             master = self.ha_service.status()
             for row in self._slave_rows(master):
-                broker_id, listen = self.slave_identities.get(row["address"], (None, None))
+                broker_id, listen, http = self.slave_identities.get(
+                    row["address"], (None, None, None)
+                )
                 row["brokerId"] = broker_id
                 row["listenAddress"] = listen
+                row["httpAddress"] = http or None
             out["master"] = master
         if self.ha_client is not None:
             slave = dict(self.ha_client.status())

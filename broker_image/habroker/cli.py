@@ -37,7 +37,9 @@ if TYPE_CHECKING:
     from habroker.message import MessageExt
 
 DEFAULT_NAMESRV = os.environ.get("HABROKER_NAMESRV", "127.0.0.1:10911")
-DEFAULT_HTTP = os.environ.get("HABROKER_HTTP", "127.0.0.1:10913")
+DEFAULT_HTTP = os.environ.get(
+    "HABROKER_HTTP", os.environ.get("HABROKER_ADDRESS", "127.0.0.1:10913")
+)  # httpListenPort
 
 
 def _overrides(pairs: list[str]) -> dict[str, str]:
@@ -220,6 +222,8 @@ def _message_json(m: MessageExt, broker_id: int) -> dict[str, Any]:
         "keys": m.keys,
         "properties": m.properties,
         "brokerId": broker_id,
+        # as stored: COMPRESSED (0x1) says the body was decompressed
+        "sysFlag": m.sys_flag,
         "body": m.body.decode("utf-8", errors="replace"),
     }
 
@@ -297,6 +301,10 @@ def _print_status(st: dict[str, Any]) -> None:
     print(
         f"{st['brokerName']} brokerId={st['brokerId']} role={st['role']} flush={st['flushDiskType']} "
         f"ready={st.get('ready')}"
+    )
+    print(
+        f"  ports       client={st.get('listenAddress')} http={st.get('httpAddress')} "
+        f"ha={st.get('haListenAddress')}"
     )
     print(
         f"  commit log  min={st['minOffset']} max={st['maxOffset']} flushed={st['flushedOffset']} "
@@ -602,7 +610,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--broker",
         dest="http",
         default=DEFAULT_HTTP,
-        help="the broker's HTTP API, httpListenPort (env HABROKER_HTTP; default %(default)s)",
+        help="the broker's HTTP API, host:httpListenPort (env HABROKER_HTTP or "
+        "HABROKER_ADDRESS; default %(default)s)",
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_status)

@@ -1,7 +1,11 @@
 """Broker configuration: RocketMQ key names and defaults, a properties file, env overrides.
 
-A broker that silently ignores a misspelt key runs with a configuration nobody asked for, so
-an unknown key or a value that does not parse stops startup with a message naming it.
+A RocketMQ user's ``broker.conf`` starts habroker as it is: every key a RocketMQ 4.9.7 or
+5.3.1 broker reads (:mod:`habroker.rocketmq_keys`) is accepted. The keys habroker implements
+are the :class:`BrokerConfig` fields; the others are kept on the config and named in one
+startup warning. A broker that silently ignores a misspelt key runs with a configuration
+nobody asked for, so a key neither RocketMQ nor habroker knows, or a value that does not parse,
+stops startup with a message naming it (and the closest known key).
 Environment variables ``HABROKER_<key>`` (exact key spelling, e.g. ``HABROKER_brokerId=1``)
 override the file; that is how container images and the operator inject per-pod values.
 """
@@ -9,15 +13,21 @@ override the file; that is how container images and the operator inject per-pod 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import logging
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from enum import Enum, StrEnum
 from pathlib import Path
 from typing import Any, ClassVar, get_type_hints
 
+from jproperties import ParseError, Properties
+
+from habroker.rocketmq_keys import LEGACY_KEYS, ROCKETMQ_KEYS
+
 ENV_PREFIX = "HABROKER_"
+log = logging.getLogger(__name__)
 
 
 class ConfigError(ValueError):
@@ -49,6 +59,7 @@ class BrokerConfig:
 
     Keys marked *habroker* have no RocketMQ equivalent; everything else means what it means
     in RocketMQ 4.9 (``BrokerConfig``, ``MessageStoreConfig``, ``NettyServerConfig``).
+    Any other RocketMQ key given lands in :attr:`unimplemented` (see :meth:`startup_warnings`).
     """
 
     # identity
@@ -57,13 +68,15 @@ class BrokerConfig:
     brokerId: int = 0
     brokerRole: BrokerRole = BrokerRole.ASYNC_MASTER
     brokerIP1: str = "127.0.0.1"
+    namesrvAddr: str = ""  # name servers to register with, ``host:port;host:port``
     # network
     bindAddress: str = "127.0.0.1"
     listenPort: int = 10911
     haListenPort: int = 10912
+    httpListenPort: int = 10913  # habroker: HTTP API (admin, operator, /metrics, health)
     haMasterAddress: str = ""
     masterHttpAddress: str = (
-        ""  # habroker: master's HTTP API (metadata copy); default HA host + listenPort
+        ""  # habroker: master's HTTP API (metadata copy); default HA host + httpListenPort
     )
     # store
     storePathRootDir: str = field(default_factory=_default_store_root)
@@ -98,6 +111,10 @@ class BrokerConfig:
     totalPhysicalMemorySize: int = 0  # habroker: 0 = read from the OS; set to test redirection
     # metadata sync (slave)
     metaSyncInterval: int = 10000  # habroker: RocketMQ hard-codes 10 s
+    #: RocketMQ keys given that habroker accepts but does not implement, as written
+    unimplemented: dict[str, str] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     # keys changeable at runtime through the admin API (updateBrokerConfig in RocketMQ)
     RUNTIME_KEYS: ClassVar[tuple[str, ...]] = (
@@ -109,6 +126,8 @@ class BrokerConfig:
         "deleteWhen",
         "syncFlushTimeout",
     )
+    # fields that are stored but have no effect yet: warned about like unimplemented keys
+    NOT_YET_EFFECTIVE: ClassVar[tuple[str, ...]] = ("namesrvAddr",)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -145,6 +164,17 @@ class BrokerConfig:
             raise ConfigError(f"listenPort={self.listenPort}: must be 1..65535")
         if not 0 < self.haListenPort < 65536:
             raise ConfigError(f"haListenPort={self.haListenPort}: must be 1..65535")
+        if not 0 < self.httpListenPort < 65536:
+            raise ConfigError(f"httpListenPort={self.httpListenPort}: must be 1..65535")
+        ports = {
+            "listenPort": self.listenPort,
+            "haListenPort": self.haListenPort,
+            "httpListenPort": self.httpListenPort,
+        }
+        for key, port in ports.items():
+            clash = [k for k, p in ports.items() if p == port and k != key]
+            if clash:
+                raise ConfigError(f"{key}={port}: the same port as {clash[0]}; each needs its own")
         if self.brokerId < 0:
             raise ConfigError(f"brokerId={self.brokerId}: must be >= 0")
         if self.brokerRole.is_master and self.brokerId != 0:
@@ -161,11 +191,8 @@ class BrokerConfig:
             raise ConfigError(
                 f"mappedFileSizeConsumeQueue={self.mappedFileSizeConsumeQueue}: a positive multiple of 20"
             )
-        if not 0 < self.maxMessageSize <= self.mappedFileSizeCommitLog - 1024:
-            raise ConfigError(
-                f"maxMessageSize={self.maxMessageSize}: must be positive and fit in a commit-log file "
-                f"(mappedFileSizeCommitLog={self.mappedFileSizeCommitLog})"
-            )
+        if self.maxMessageSize <= 0:
+            raise ConfigError(f"maxMessageSize={self.maxMessageSize}: must be positive")
         if not 0 < self.haTransferBatchSize <= 4 * 1024 * 1024 - 12:
             raise ConfigError(
                 f"haTransferBatchSize={self.haTransferBatchSize}: 1..4194292 (a slave's 4 MiB frame limit)"
@@ -194,6 +221,25 @@ class BrokerConfig:
         if self.masterHttpAddress:
             parse_host_port(self.masterHttpAddress, key="masterHttpAddress")
 
+    def startup_warnings(self) -> list[str]:
+        """What a user should hear at startup: keys without effect, a message-size mismatch."""
+        warnings = []
+        inert = sorted(
+            {*self.unimplemented, *(k for k in self.NOT_YET_EFFECTIVE if getattr(self, k))}
+        )
+        if inert:
+            warnings.append(
+                f"{len(inert)} RocketMQ key(s) accepted but not implemented by habroker "
+                f"(no effect): {', '.join(inert)}"
+            )
+        if self.maxMessageSize > self.mappedFileSizeCommitLog - 1024:
+            warnings.append(
+                f"maxMessageSize={self.maxMessageSize} does not fit in a commit-log file "
+                f"(mappedFileSizeCommitLog={self.mappedFileSizeCommitLog}): a message that "
+                "large is refused when it is put"
+            )
+        return warnings
+
     # -- construction --------------------------------------------------------------------
     @classmethod
     def keys(cls) -> list[str]:
@@ -201,17 +247,31 @@ class BrokerConfig:
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, str], source: str = "config") -> BrokerConfig:
-        """Build from string values, refusing unknown keys and unparsable values."""
+        """Build from string values; RocketMQ keys habroker lacks go to ``unimplemented``.
+
+        Refuses keys neither RocketMQ nor habroker knows and values that do not parse (also
+        for unimplemented keys: a value Java would silently drop is a mistake worth naming).
+        """
         hints = get_type_hints(cls)
         known = set(cls.keys())
         kwargs: dict[str, Any] = {}
+        unimplemented: dict[str, str] = {}
         for key, raw in values.items():
-            if key not in known:
-                suggestion = _closest(key, known)
+            if key in known:
+                kwargs[key] = coerce(key, raw, hints[key], source)
+            elif key in ROCKETMQ_KEYS or key in LEGACY_KEYS:
+                _check_rocketmq_value(key, raw, source)
+                unimplemented[key] = raw
+            else:
+                suggestion = _closest(key, known | ROCKETMQ_KEYS.keys())
                 hint = f" (did you mean {suggestion}?)" if suggestion else ""
-                raise ConfigError(f"{source}: unknown key {key!r}{hint}")
-            kwargs[key] = coerce(key, raw, hints[key], source)
-        return cls(**kwargs)
+                raise ConfigError(
+                    f"{source}: unknown key {key!r}{hint}: neither RocketMQ 4.9/5.x nor "
+                    "habroker has it"
+                )
+        config = cls(**kwargs)
+        config.unimplemented = unimplemented
+        return config
 
     @classmethod
     def load(
@@ -231,7 +291,10 @@ class BrokerConfig:
             if name.startswith(ENV_PREFIX):
                 values[name[len(ENV_PREFIX) :]] = value
         values.update({k: _to_text(v) for k, v in overrides.items()})
-        return cls.from_mapping(values, source=str(path) if path else "config")
+        config = cls.from_mapping(values, source=str(path) if path else "config")
+        for warning in config.startup_warnings():
+            log.warning("%s", warning)
+        return config
 
     def with_updates(self, updates: Mapping[str, Any]) -> BrokerConfig:
         """A validated copy with runtime-changeable keys updated (admin API)."""
@@ -243,7 +306,9 @@ class BrokerConfig:
                     f"{key!r} cannot be changed at runtime; runtime keys: {', '.join(self.RUNTIME_KEYS)}"
                 )
             changed[key] = coerce(key, _to_text(raw), hints[key], "update")
-        return dataclasses.replace(self, **changed)
+        new = dataclasses.replace(self, **changed)
+        new.unimplemented = dict(self.unimplemented)
+        return new
 
     def to_properties(self) -> dict[str, str]:
         return {k: _to_text(getattr(self, k)) for k in self.keys()}
@@ -277,22 +342,61 @@ def coerce(key: str, raw: str, typ: Any, source: str) -> Any:
         raise ConfigError(f"{source}: bad value for {key}: {raw!r}{expected}: {exc}") from None
 
 
-def read_properties(path: Path) -> dict[str, str]:
-    """Java-style properties: ``key=value`` or ``key: value``, ``#``/``!`` comments."""
+def _check_rocketmq_value(key: str, raw: str, source: str) -> None:
+    """The value must parse as the Java setter's type (RocketMQ would drop it silently)."""
+    typ = ROCKETMQ_KEYS[key][0] if key in ROCKETMQ_KEYS else LEGACY_KEYS[key]
+    text = raw.strip()
     try:
-        text = path.read_text(encoding="utf-8")
+        if typ in ("int", "long"):
+            bits = 31 if typ == "int" else 63
+            if not -(2**bits) <= int(text) < 2**bits:
+                raise ValueError(f"out of range for a Java {typ}")
+        elif typ in ("double", "float"):
+            float(text)
+        elif typ == "boolean" and text.lower() not in ("true", "false"):
+            raise ValueError("expected true or false")
+    except ValueError as exc:
+        raise ConfigError(f"{source}: bad value for {key} ({typ}): {raw!r}: {exc}") from None
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """A Java ``.properties`` file, the whole format (jproperties): ``key=value``,
+    ``key: value``, ``key value``, ``#``/``!`` comments, ``\\`` line continuations and
+    escapes (``\\uXXXX``). Read as UTF-8, or ISO-8859-1 (Java's own reading) when the bytes
+    are not UTF-8. A later duplicate key wins, as in Java."""
+    try:
+        data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-    values: dict[str, str] = {}
-    for lineno, line in enumerate(text.splitlines(), 1):
-        stripped = line.strip()
-        if not stripped or stripped[0] in "#!":
-            continue
-        match = re.match(r"^([^=:\s]+)\s*[=:]\s*(.*)$", stripped)
-        if not match:
-            raise ConfigError(f"{path}:{lineno}: expected key=value, got {stripped!r}")
-        values[match.group(1)] = match.group(2)
-    return values
+    try:
+        data.decode("utf-8")
+        encoding = "utf-8"
+    except UnicodeDecodeError:
+        encoding = "iso-8859-1"
+    props = Properties()
+    try:
+        props.load(data, encoding)
+    except ParseError as exc:
+        raise ConfigError(f"{path}:{exc.line_number}: {exc.message}") from None
+    return {str(k): str(v) for k, v in props.properties.items()}
+
+
+_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\f": "\\f"}
+
+
+def properties_line(key: str, value: str) -> str:
+    """``key=value`` escaped so :func:`read_properties` (and Java) read back exactly these
+    strings: backslashes and line breaks always, separators and comment marks in the key,
+    leading blanks in the value."""
+
+    def escape(text: str, specials: str) -> str:
+        return "".join(_ESCAPES.get(c) or ("\\" + c if c in specials else c) for c in text)
+
+    key_text = escape(key, " =:#!")
+    value_text = escape(value, "")
+    stripped = value_text.lstrip(" ")
+    value_text = "\\ " * (len(value_text) - len(stripped)) + stripped
+    return f"{key_text}={value_text}"
 
 
 def parse_host_port(text: str, key: str = "address") -> tuple[str, int]:
@@ -315,10 +419,8 @@ def parse_delete_when(text: str) -> set[int]:
 
 def _closest(key: str, known: set[str]) -> str | None:
     low = key.lower()
-    for candidate in known:
+    for candidate in sorted(known):
         if candidate.lower() == low:
             return candidate
-    import difflib
-
     matches = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.8)
     return matches[0] if matches else None

@@ -20,7 +20,7 @@ from habroker.local import LocalGroup
 
 
 async def _run(group: LocalGroup, messages: int, batch: int) -> dict[str, object]:
-    master = group.master.address
+    master = group.master.http_address
     async with AsyncProducer(master) as producer:
         await producer.create_topic("demo", queues=4)
         started = time.monotonic()
@@ -66,7 +66,7 @@ async def _run(group: LocalGroup, messages: int, batch: int) -> dict[str, object
     served: dict[int, int] = {}
     consumed = 0
     async with PullConsumer(
-        group.broker_map(), "demo-group", "demo", start="earliest", max_msgs=256
+        group.http_broker_map(), "demo-group", "demo", start="earliest", max_msgs=256
     ) as consumer:
         idle = 0
         while consumed < messages and idle < 50:
@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         with group:
             print(
-                f"master {group.master.address} (HA {group.master.ha_address}), slave {group.slaves[0].address}"
+                f"master HTTP {group.master.http_address} (HA {group.master.ha_address}), "
+                f"slave HTTP {group.slaves[0].http_address}"
             )
             result = asyncio.run(_run(group, args.messages, args.batch))
             print("\nmaster status:")

@@ -20,6 +20,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from habroker.config import properties_line
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -40,6 +42,7 @@ class LocalBroker:
             "brokerIP1": "127.0.0.1",
             "listenPort": free_port(),
             "haListenPort": free_port(),
+            "httpListenPort": free_port(),
             "storePathRootDir": str(self.root / "store"),
         }
         self.config.update(config)
@@ -47,7 +50,13 @@ class LocalBroker:
 
     @property
     def address(self) -> str:
+        """``listenPort``: RocketMQ's client port (the remoting protocol)."""
         return f"127.0.0.1:{self.config['listenPort']}"
+
+    @property
+    def http_address(self) -> str:
+        """``httpListenPort``: the HTTP API (habroker.client, the CLI, admin, /metrics)."""
+        return f"127.0.0.1:{self.config['httpListenPort']}"
 
     @property
     def ha_address(self) -> str:
@@ -62,13 +71,15 @@ class LocalBroker:
         lines = []
         for key, value in self.config.items():
             text = ("true" if value else "false") if isinstance(value, bool) else str(value)
-            lines.append(f"{key}={text}")
+            lines.append(properties_line(key, text))
         path.write_text("\n".join(lines) + "\n")
         return path
 
     def start(self, wait: bool = True, timeout: float = 30.0) -> LocalBroker:
         if self.proc is not None and self.proc.poll() is None:
-            raise RuntimeError(f"broker {self.address} is already running (pid {self.proc.pid})")
+            raise RuntimeError(
+                f"broker {self.http_address} is already running (pid {self.proc.pid})"
+            )
         conf = self.write_config()
         env = {k: v for k, v in os.environ.items() if not k.startswith("HABROKER_")}
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it from here
@@ -94,14 +105,16 @@ class LocalBroker:
                     f"broker exited with {self.proc.returncode}; log:\n{self.tail_log()}"
                 )
             try:
-                with urllib.request.urlopen(f"http://{self.address}/healthz", timeout=1) as resp:
+                with urllib.request.urlopen(
+                    f"http://{self.http_address}/healthz", timeout=1
+                ) as resp:
                     if resp.status == 200:
                         return
             except (OSError, urllib.error.URLError):
                 pass
             time.sleep(0.05)
         raise TimeoutError(
-            f"broker {self.address} not healthy after {timeout}s; log:\n{self.tail_log()}"
+            f"broker {self.http_address} not healthy after {timeout}s; log:\n{self.tail_log()}"
         )
 
     def tail_log(self, lines: int = 40) -> str:
@@ -112,7 +125,7 @@ class LocalBroker:
 
     def signal(self, sig: int) -> None:
         if self.proc is None or self.proc.poll() is not None:
-            raise RuntimeError(f"broker {self.address} is not running")
+            raise RuntimeError(f"broker {self.http_address} is not running")
         os.kill(self.proc.pid, sig)
 
     def pause(self) -> None:
@@ -152,7 +165,7 @@ class LocalBroker:
     ) -> tuple[int, Any]:
         data = None if payload is None else json.dumps(payload).encode()
         req = urllib.request.Request(
-            f"http://{self.address}{path}",
+            f"http://{self.http_address}{path}",
             data=data,
             method=method,
             headers={"Content-Type": "application/json"} if data else {},
@@ -188,7 +201,7 @@ class LocalGroup:
                 brokerId=i,
                 brokerRole="SLAVE",
                 haMasterAddress=self.master.ha_address,
-                masterHttpAddress=self.master.address,
+                masterHttpAddress=self.master.http_address,
                 **config,
             )
             for i in range(1, slaves + 1)
@@ -199,12 +212,14 @@ class LocalGroup:
         return [self.master, *self.slaves]
 
     @property
-    def endpoints(self) -> str:
-        """``0=host:port,1=host:port`` — what clients and the Spark connector take."""
-        return ",".join(f"{b.config['brokerId']}={b.address}" for b in self.brokers)
+    def http_endpoints(self) -> str:
+        """``0=host:port,1=host:port`` of the HTTP API — what habroker.client and the Spark
+        connector take."""
+        return ",".join(f"{b.config['brokerId']}={b.http_address}" for b in self.brokers)
 
-    def broker_map(self) -> Mapping[int, str]:
-        return {int(b.config["brokerId"]): b.address for b in self.brokers}
+    def http_broker_map(self) -> Mapping[int, str]:
+        """HTTP API addresses by brokerId."""
+        return {int(b.config["brokerId"]): b.http_address for b in self.brokers}
 
     def start(self) -> LocalGroup:
         self.master.start()

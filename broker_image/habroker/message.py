@@ -3,7 +3,9 @@
 Byte compatibility is the point: a Java slave must accept what we write and we must accept what
 a Java master writes.  The reader side is split in two: :func:`check_record` is the lean parse
 the dispatcher and recovery run over every record (no body copy, no property dict), and
-:func:`decode_record` builds a full :class:`MessageExt` for clients and tests.
+:func:`decode_record` builds a full :class:`MessageExt` for clients and tests, with the body
+decompressed when the producer compressed it (:mod:`habroker.compression`), as RocketMQ's
+client decoder does.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import struct
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from habroker.compression import CompressionType, compression_of, decompress
 
 # -- constants (spec §1.3, §1.4, §1.8, §6) ------------------------------------------------------
 MAGIC_V1 = -626843481  # 0xDAA320A7: topic length is one signed byte
@@ -233,7 +237,11 @@ def decode_offset_msg_id(msg_id: str) -> tuple[tuple[str, int], int]:
 # -- records ------------------------------------------------------------------------------------
 @dataclass(slots=True)
 class MessageExt:
-    """A decoded commit-log record: every field of spec §1.1."""
+    """A decoded commit-log record: every field of spec §1.1.
+
+    ``body`` is what the producer sent before compressing; ``sys_flag`` stays as stored (its
+    COMPRESSED bit and :attr:`compression` say the stored bytes were compressed).
+    """
 
     topic: str
     queue_id: int
@@ -256,6 +264,11 @@ class MessageExt:
     @property
     def tags(self) -> str | None:
         return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def compression(self) -> CompressionType | None:
+        """How the stored body is compressed (sysFlag), or None."""
+        return compression_of(self.sys_flag)
 
     @property
     def keys(self) -> str | None:
@@ -340,9 +353,17 @@ def blank_record(length: int) -> bytes:
 
 
 def decode_record(
-    buf: bytes | bytearray | memoryview, pos: int = 0, check_crc: bool = False
+    buf: bytes | bytearray | memoryview,
+    pos: int = 0,
+    check_crc: bool = False,
+    *,
+    decompress_body: bool = True,
 ) -> MessageExt:
-    """A full record at ``pos``; ValueError (naming the position) if it is not one."""
+    """A full record at ``pos``; ValueError (naming the position) if it is not one.
+
+    The CRC covers the stored bytes; a compressed body is then decompressed unless
+    ``decompress_body`` is false (a body that does not decompress is a ValueError too).
+    """
     view = memoryview(buf)
     try:
         total, magic = _SIZE_MAGIC.unpack_from(view, pos)
@@ -394,6 +415,11 @@ def decode_record(
         raise ValueError(f"record at {pos}: TOTALSIZE {total} but fields add up to {expected}")
     if check_crc and body_crc(body) != crc:
         raise ValueError(f"record at {pos}: body CRC mismatch")
+    if decompress_body and sys_flag & COMPRESSED_FLAG:
+        try:
+            body = decompress(body, sys_flag)
+        except ValueError as exc:
+            raise ValueError(f"record at {pos}: {exc}") from None
     return MessageExt(
         topic=topic,
         queue_id=queue_id,
@@ -415,7 +441,9 @@ def decode_record(
     )
 
 
-def decode_records(buf: bytes | bytearray | memoryview) -> list[MessageExt]:
+def decode_records(
+    buf: bytes | bytearray | memoryview, *, decompress_body: bool = True
+) -> list[MessageExt]:
     """Back-to-back records, as a pull response carries them; ValueError on anything else."""
     view = memoryview(buf)
     out: list[MessageExt] = []
@@ -423,7 +451,7 @@ def decode_records(buf: bytes | bytearray | memoryview) -> list[MessageExt]:
     while pos < len(view):
         if len(view) - pos < 8:
             raise ValueError(f"record at {pos}: {len(view) - pos} trailing bytes are not a record")
-        msg = decode_record(view, pos)
+        msg = decode_record(view, pos, decompress_body=decompress_body)
         out.append(msg)
         pos += msg.store_size
     return out

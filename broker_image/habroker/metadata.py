@@ -1,13 +1,16 @@
-"""Broker metadata: topics, subscription groups and consumer offsets.
+"""Broker metadata: topics, subscription groups, consumer and delay offsets.
 
-Kept in ``<storePathRootDir>/config/`` as JSON in the shapes RocketMQ uses (``topics.json``,
-``subscriptionGroup.json``, ``consumerOffset.json``) so the files read familiarly, and copied
-from master to slave by :class:`habroker.slave_sync.SlaveSynchronize` in the same shapes.
+Kept in ``<storePathRootDir>/config/`` in the files, shapes and JSON dialect RocketMQ uses
+(``topics.json``, ``subscriptionGroup.json``, ``consumerOffset.json``, ``delayOffset.json``;
+fastjson, so integer map keys are unquoted: :mod:`habroker.fastjson`). A store moves between a
+Java broker and habroker in either direction: fields habroker does not model (a 5.x topic's
+``attributes``, a group's ``groupRetryPolicy``, ``forbiddenTable``) are kept and written back.
+Like RocketMQ, a missing or unreadable file falls back to its ``.bak`` copy. The tables are
+copied from master to slave by :class:`habroker.slave_sync.SlaveSynchronize` in the same shapes.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -16,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+
+from habroker import fastjson
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -40,29 +45,47 @@ class MetadataError(ValueError):
 
 @dataclass
 class DataVersion:
+    """RocketMQ's DataVersion; ``stateVersion`` is 5.x's (4.9 readers ignore the field)."""
+
     timestamp: int = field(default_factory=lambda: int(time.time() * 1000))
     counter: int = 0
+    stateVersion: int = 0
 
     def next(self) -> None:
         self.timestamp = int(time.time() * 1000)
         self.counter += 1
 
     def to_json(self) -> dict[str, int]:
-        return {"timestamp": self.timestamp, "counter": self.counter}
+        return {
+            "counter": self.counter,
+            "stateVersion": self.stateVersion,
+            "timestamp": self.timestamp,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> DataVersion:
         if not data:
             return cls()
-        return cls(int(data.get("timestamp", 0)), int(data.get("counter", 0)))
+        return cls(
+            int(data.get("timestamp", 0)),
+            int(data.get("counter", 0)),
+            int(data.get("stateVersion", 0)),
+        )
 
 
 def _write_json_atomic(path: Path, payload: Any) -> None:
-    """Write-rename-fsync: a crash leaves the old file or the new one, never half of one."""
+    """Write-rename-fsync: a crash leaves the old file or the new one, never half of one.
+
+    The text is what RocketMQ's ``encode(true)`` writes: fastjson's tab-indented layout.
+    """
+    _write_text_atomic(path, fastjson.dumps(payload, pretty=True))
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(payload, fh, indent=2, sort_keys=True)
+        fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
@@ -76,13 +99,38 @@ def _write_json_atomic(path: Path, payload: Any) -> None:
         pass
 
 
-def _read_json(path: Path) -> Any:
-    if not path.exists():
-        return None
+def _read_json(path: Path) -> dict[str, Any] | None:
+    """The file's JSON object; RocketMQ's rule: a missing, empty or unreadable file yields to
+    ``<file>.bak`` (Java's writer leaves only the ``.bak`` for a moment while replacing)."""
+    data, error = _read_one(path)
+    if data is not None:
+        return data
+    backup, _ = _read_one(path.with_name(path.name + ".bak"))
+    if backup is not None:
+        log.warning("%s: %s; loaded %s.bak instead", path, error or "missing", path.name)
+        return backup
+    if error:
+        raise MetadataError("corrupt_metadata", f"cannot read {path}: {error}")
+    return None
+
+
+def _read_one(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(object, None), or (None, why not); (None, None) for a missing or empty file."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None, None
     except (OSError, ValueError) as exc:
-        raise MetadataError("corrupt_metadata", f"cannot read {path}: {exc}") from None
+        return None, str(exc)
+    if not text.strip():
+        return None, None
+    try:
+        data = fastjson.loads(text)
+    except ValueError as exc:
+        return None, str(exc)
+    if not isinstance(data, dict):
+        return None, f"expected a JSON object, got {type(data).__name__}"
+    return data, None
 
 
 @dataclass
@@ -118,6 +166,10 @@ class VersionedTable(Generic[ConfigT]):
     def __init__(self, config_dir: Path) -> None:
         self.path = config_dir / self.FILE
         self.table: dict[str, ConfigT] = {}
+        #: per entry, the fields RocketMQ has and habroker does not model, kept verbatim
+        self.entry_extra: dict[str, dict[str, Any]] = {}
+        #: top-level members other than the table and dataVersion (5.x ``forbiddenTable``)
+        self.extra: dict[str, Any] = {}
         self.data_version = DataVersion()
         data = _read_json(self.path)
         if data:
@@ -125,17 +177,29 @@ class VersionedTable(Generic[ConfigT]):
 
     def _load(self, data: Mapping[str, Any]) -> None:
         known = {f.name for f in fields(self.CONFIG)}
-        self.table = {
-            name: self.CONFIG(**{k: v for k, v in cfg.items() if k in known})
-            for name, cfg in data.get(self.TABLE_KEY, {}).items()
-        }
+        table: dict[str, ConfigT] = {}
+        entry_extra: dict[str, dict[str, Any]] = {}
+        for name, cfg in (data.get(self.TABLE_KEY) or {}).items():
+            table[name] = self.CONFIG(**{k: v for k, v in cfg.items() if k in known})
+            extra = {k: v for k, v in cfg.items() if k not in known}
+            if extra:
+                entry_extra[name] = extra
+        self.table, self.entry_extra = table, entry_extra
+        self.extra = {k: v for k, v in data.items() if k not in (self.TABLE_KEY, "dataVersion")}
         self.data_version = DataVersion.from_json(data.get("dataVersion"))
 
+    def entry_json(self, name: str) -> dict[str, Any]:
+        """One entry as RocketMQ writes it: its fields in name order, unknown ones kept."""
+        merged = {**self.entry_extra.get(name, {}), **asdict(self.table[name])}
+        return dict(sorted(merged.items()))
+
     def to_json(self) -> dict[str, Any]:
-        return {
-            self.TABLE_KEY: {name: asdict(cfg) for name, cfg in sorted(self.table.items())},
+        members = {
+            **self.extra,
             "dataVersion": self.data_version.to_json(),
+            self.TABLE_KEY: {name: self.entry_json(name) for name in sorted(self.table)},
         }
+        return dict(sorted(members.items()))
 
     def persist(self) -> None:
         _write_json_atomic(self.path, self.to_json())
@@ -256,20 +320,26 @@ class SubscriptionGroupManager(VersionedTable[SubscriptionGroupConfig]):
 
 
 class ConsumerOffsetManager:
-    """``topic@group`` → {queueId: offset}; persisted lazily (offsets change on every commit)."""
+    """``topic@group`` → {queueId: offset}; persisted lazily (offsets change on every commit).
+
+    The dataVersion is 5.x's (4.9 readers ignore it); it moves once per persist that carries
+    new commits. RocketMQ's derived ``groupTopicMap`` is not written (Java recomputes it).
+    """
 
     FILE = "consumerOffset.json"
 
     def __init__(self, config_dir: Path) -> None:
         self.path = config_dir / self.FILE
         self.table: dict[str, dict[int, int]] = {}
+        self.data_version = DataVersion()
         self.dirty = False
         data = _read_json(self.path)
         if data:
             self.table = {
                 key: {int(q): int(o) for q, o in queues.items()}
-                for key, queues in data.get("offsetTable", {}).items()
+                for key, queues in (data.get("offsetTable") or {}).items()
             }
+            self.data_version = DataVersion.from_json(data.get("dataVersion"))
 
     @staticmethod
     def key(topic: str, group: str) -> str:
@@ -295,20 +365,63 @@ class ConsumerOffsetManager:
             self.dirty = True
 
     def to_json(self) -> dict[str, Any]:
+        """Queue ids are int keys: unquoted in the file, strings once through ``json``."""
         return {
+            "dataVersion": self.data_version.to_json(),
             "offsetTable": {
-                key: {str(q): o for q, o in sorted(queues.items())}
-                for key, queues in sorted(self.table.items())
-            }
+                key: dict(sorted(queues.items())) for key, queues in sorted(self.table.items())
+            },
         }
 
     def merge(self, data: Mapping[str, Any]) -> None:
-        """Slave sync: RocketMQ's putAll — merge, never delete."""
-        for key, queues in data.get("offsetTable", {}).items():
+        """Slave sync: RocketMQ's putAll — merge, never delete; 5.x adopts the dataVersion."""
+        for key, queues in (data.get("offsetTable") or {}).items():
             self.table.setdefault(key, {}).update({int(q): int(o) for q, o in queues.items()})
+        if data.get("dataVersion"):
+            self.data_version = DataVersion.from_json(data["dataVersion"])
         self.dirty = True
 
     def persist(self, force: bool = False) -> None:
         if self.dirty or force:
+            if self.dirty:
+                self.data_version.next()
             _write_json_atomic(self.path, self.to_json())
             self.dirty = False
+
+
+class DelayOffsetManager:
+    """``delayOffset.json``: delay level → consume-queue offset of ``SCHEDULE_TOPIC_XXXX``.
+
+    habroker runs no schedule service; it keeps the table a Java broker wrote (4.9: no
+    dataVersion; 5.x: with one) and writes it back as read, so neither side loses its place.
+    """
+
+    FILE = "delayOffset.json"
+
+    def __init__(self, config_dir: Path) -> None:
+        self.path = config_dir / self.FILE
+        self.table: dict[int, int] = {}
+        self.data_version: DataVersion | None = None
+        data = _read_json(self.path)
+        if data:
+            self._load(data)
+
+    def _load(self, data: Mapping[str, Any]) -> None:
+        self.table = {int(k): int(v) for k, v in (data.get("offsetTable") or {}).items()}
+        version = data.get("dataVersion")
+        self.data_version = DataVersion.from_json(version) if version else None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.data_version is not None:
+            out["dataVersion"] = self.data_version.to_json()
+        out["offsetTable"] = dict(sorted(self.table.items()))
+        return out
+
+    def replace_all(self, data: Mapping[str, Any] | str) -> None:
+        """Slave sync: RocketMQ's slave writes the master's table as it came (JSON or text)."""
+        self._load(fastjson.loads(data) if isinstance(data, str) else data)
+        self.persist()
+
+    def persist(self) -> None:
+        _write_json_atomic(self.path, self.to_json())

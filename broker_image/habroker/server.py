@@ -19,7 +19,12 @@ from habroker.config import ConfigError
 from habroker.message import decode_records
 from habroker.metadata import MetadataError
 from habroker.metrics import Exposition
-from habroker.slave_sync import SLAVE_HA_HEADER, SLAVE_ID_HEADER, SLAVE_LISTEN_HEADER
+from habroker.slave_sync import (
+    SLAVE_HA_HEADER,
+    SLAVE_HTTP_HEADER,
+    SLAVE_ID_HEADER,
+    SLAVE_LISTEN_HEADER,
+)
 from habroker.store import StoreError
 from habroker.wire import BATCH_CONTENT_TYPE, RECORDS_CONTENT_TYPE, BadBatch, decode_batch
 
@@ -259,7 +264,12 @@ def _note_slave(request: web.Request) -> None:
     raw_id = request.headers.get(SLAVE_ID_HEADER, "")
     broker = request.app[BROKER_KEY]
     if ha and raw_id.isdigit() and not broker.is_slave:
-        broker.note_slave_identity(ha, int(raw_id), request.headers.get(SLAVE_LISTEN_HEADER, ""))
+        broker.note_slave_identity(
+            ha,
+            int(raw_id),
+            request.headers.get(SLAVE_LISTEN_HEADER, ""),
+            request.headers.get(SLAVE_HTTP_HEADER, ""),
+        )
 
 
 async def list_topics(request: web.Request) -> web.Response:
@@ -531,12 +541,14 @@ def create_app(broker: BrokerController) -> web.Application:
 
 
 async def serve(broker: BrokerController) -> web.AppRunner:
-    """Start the broker and its HTTP listener; the caller awaits a stop signal, then cleans up."""
+    """Start the broker and its HTTP listener on ``httpListenPort`` (``listenPort`` is
+    RocketMQ's client port, for the remoting protocol); the caller awaits a stop signal, then
+    cleans up."""
     await broker.start()
     runner = web.AppRunner(create_app(broker), access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(
-        runner, broker.config.bindAddress, broker.config.listenPort, reuse_address=True
+        runner, broker.config.bindAddress, broker.config.httpListenPort, reuse_address=True
     )
     try:
         await site.start()

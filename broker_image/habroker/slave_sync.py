@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 SLAVE_ID_HEADER = "X-Habroker-Slave-Id"
 SLAVE_LISTEN_HEADER = "X-Habroker-Slave-Listen-Address"
+SLAVE_HTTP_HEADER = "X-Habroker-Slave-Http-Address"
 SLAVE_HA_HEADER = "X-Habroker-Slave-Ha-Address"
 
 
@@ -76,6 +77,7 @@ class SlaveSynchronize:
         headers = {
             SLAVE_ID_HEADER: str(cfg.brokerId),
             SLAVE_LISTEN_HEADER: f"{cfg.brokerIP1}:{cfg.listenPort}",
+            SLAVE_HTTP_HEADER: f"{cfg.brokerIP1}:{cfg.httpListenPort}",
         }
         local = self._ha_local_address()
         if local:
@@ -84,7 +86,7 @@ class SlaveSynchronize:
 
     async def sync_all(self, session: aiohttp.ClientSession) -> bool:
         master = self.broker.master_http_address
-        own = f"{self.broker.config.brokerIP1}:{self.broker.config.listenPort}"
+        own = f"{self.broker.config.brokerIP1}:{self.broker.config.httpListenPort}"
         if not master:
             return False
         if master == own:

@@ -14,7 +14,7 @@ from typing import Any
 
 from e2e.tests.kube import Kube
 
-PORT = 10911
+PORT = 10913  # httpListenPort: the HTTP API (listenPort 10911 is RocketMQ's client port)
 BROKER_CONF = """\
 brokerClusterName=e2e
 brokerName=broker-a
@@ -22,6 +22,7 @@ brokerId=0
 brokerRole=ASYNC_MASTER
 listenPort=10911
 haListenPort=10912
+httpListenPort=10913
 bindAddress=0.0.0.0
 storePathRootDir=/data/store
 mappedFileSizeCommitLog=10485760
@@ -36,7 +37,7 @@ FETCH = (
 
 def broker_objects(image: str) -> list[dict[str, Any]]:
     labels = {"app": "habroker", "brokergroup.io/e2e": "true"}
-    port = {"name": "client", "port": PORT, "targetPort": PORT}
+    port = {"name": "http", "port": PORT, "targetPort": PORT}
     return [
         {
             "apiVersion": "v1",
@@ -73,7 +74,7 @@ def broker_objects(image: str) -> list[dict[str, Any]]:
                                 "image": image,
                                 "imagePullPolicy": "IfNotPresent",
                                 "args": ["serve", "--config", "/etc/habroker/broker.conf"],
-                                "ports": [{"name": "client", "containerPort": PORT}],
+                                "ports": [{"name": "http", "containerPort": PORT}],
                                 "readinessProbe": {
                                     "httpGet": {"path": "/readyz", "port": PORT},
                                     "periodSeconds": 2,
@@ -147,6 +148,7 @@ def test_broker_status_through_service_dns(kube: Kube, namespace: str, broker_im
         assert status["brokerName"] == "broker-a", status
         assert status["brokerId"] == 0, status
         assert status["role"] == "ASYNC_MASTER", status
+        assert status["httpAddress"].endswith(f":{PORT}"), status
 
     pvc = kube.json("-n", namespace, "get", "pvc", "data-broker-0")
     assert pvc["status"]["phase"] == "Bound", pvc["status"]

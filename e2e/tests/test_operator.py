@@ -181,14 +181,14 @@ def running(kube: Any, ns: str, name: str, slaves: int) -> dict[str, Any]:
 
 def produce(kube: Any, ns: str, name: str, count: int, size: int = 1000) -> None:
     pod = f"{name}-master-0"
-    kube.exec(ns, pod, "habroker", "topic", "create", "t", "--broker", "127.0.0.1:10911")
+    kube.exec(ns, pod, "habroker", "topic", "create", "t", "--broker", "127.0.0.1:10913")
     kube.exec(
         ns,
         pod,
         "habroker",
         "produce",
         "--broker",
-        "127.0.0.1:10911",
+        "127.0.0.1:10913",
         "--topic",
         "t",
         "--count",
@@ -256,13 +256,17 @@ def test_operator_end_to_end(
         f"HABROKER_haMasterAddress={name}-master-0.{name}-master.{ns}.svc.cluster.local:10912"
         in slave_env
     )
+    assert (
+        f"HABROKER_masterHttpAddress={name}-master-0.{name}-master.{ns}.svc.cluster.local:10913"
+        in slave_env
+    )
     role = json.loads(
         kube.exec(
             ns,
             f"{name}-slave-1",
             "python3",
             "-c",
-            "import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:10911/v1/admin/role').read().decode())",
+            "import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:10913/v1/admin/role').read().decode())",
         )
     )
     assert role["role"] == "SLAVE" and role["brokerId"] == 2, role
@@ -347,7 +351,7 @@ def test_operator_end_to_end(
         "python3",
         "-c",
         "import json,urllib.request as u;"
-        "r=u.Request('http://127.0.0.1:10911/v1/admin/master-address',method='PUT',"
+        "r=u.Request('http://127.0.0.1:10913/v1/admin/master-address',method='PUT',"
         "data=json.dumps({'haMasterAddress':'127.0.0.1:1'}).encode(),"
         "headers={'Content-Type':'application/json'});u.urlopen(r)",
     )

@@ -161,9 +161,14 @@ def test_user_path(
     group = example(EXAMPLE, broker_image)
     name = group["metadata"]["name"]
     master, slave0, slave1 = f"{name}-master-0", f"{name}-slave-0", f"{name}-slave-1"
-    svc = f"{name}:{group['spec'].get('ports', {}).get('client', 10911)}"
-    master_addr = f"{master}.{name}-master:10911"
-    slave_addr = {1: f"{slave0}.{name}-slave:10911", 2: f"{slave1}.{name}-slave:10911"}
+    # e2e/client.py speaks habroker's HTTP API: the Services' http port (httpListenPort)
+    http_port = int(group["spec"].get("ports", {}).get("http", 10913))
+    svc = f"{name}:{http_port}"
+    master_addr = f"{master}.{name}-master:{http_port}"
+    slave_addr = {
+        1: f"{slave0}.{name}-slave:{http_port}",
+        2: f"{slave1}.{name}-slave:{http_port}",
+    }
     acked: set[str] = set()
     ok = False
     try:
@@ -180,7 +185,8 @@ def test_user_path(
             )
             # the chart turned on per-group NetworkPolicies; the operator made this one
             policy = c.json("-n", ns, "get", "networkpolicy", f"{name}-brokers")
-            ha_rule = policy["spec"]["ingress"][1]
+            open_rule, ha_rule = policy["spec"]["ingress"]
+            assert {p["port"] for p in open_rule["ports"]} == {"client", "http"}
             assert ha_rule["from"] == [
                 {"podSelector": {"matchLabels": {"brokergroup.io/group": name}}}
             ]

@@ -37,7 +37,7 @@ from .manifests import (
 )
 from .rolling import StsInfo
 from .settings import Settings, configure_kopf
-from .spec import GroupSpec, SpecError, parse_spec
+from .spec import GroupSpec, SpecError, broker_config_warnings, parse_spec
 from .status import PodInfo, status_patch
 from .sweep import GroupState, invalid_status, now_iso, sweep
 
@@ -199,6 +199,10 @@ async def reconcile(
         logger.warning("spec refused: %s", exc)
         kopf.warn(body, reason=exc.reason, message=str(exc))
         return
+    for warning in broker_config_warnings(group):
+        kopf.warn(
+            body, reason="BrokerConfigNotImplemented", message=f"spec.brokerConfig: {warning}"
+        )
     await _apply_children(runtime, group, body)
 
 

@@ -13,6 +13,8 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
+from habroker.config import properties_line
+
 from . import API_VERSION, KIND
 from .spec import GroupSpec
 
@@ -22,8 +24,9 @@ CONF_DIR = "/etc/habroker"
 CONF_FILE = "broker.conf"
 DATA_DIR = "/data"
 STORE_DIR = "/data/store"
-CLIENT_PORT_NAME = "client"
-HA_PORT_NAME = "ha"
+CLIENT_PORT_NAME = "client"  # listenPort: RocketMQ's client port (remoting protocol)
+HA_PORT_NAME = "ha"  # haListenPort: replication
+HTTP_PORT_NAME = "http"  # httpListenPort: HTTP API (operator, probes, /metrics, admin)
 
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_INSTANCE = "app.kubernetes.io/instance"
@@ -55,7 +58,7 @@ def config_name(group: str) -> str:
 
 
 def client_service_name(group: str) -> str:
-    """Where producers connect: the master's client port behind a ClusterIP."""
+    """Where producers connect: the master's client and HTTP ports behind a ClusterIP."""
     return group
 
 
@@ -145,6 +148,7 @@ def broker_properties(spec: GroupSpec) -> dict[str, str]:
         "bindAddress": "0.0.0.0",
         "listenPort": str(spec.client_port),
         "haListenPort": str(spec.ha_port),
+        "httpListenPort": str(spec.http_port),
         "storePathRootDir": STORE_DIR,
         "flushDiskType": spec.flush_disk_type,
         "slaveReadEnable": "true" if spec.read_policy.slave_read_enable else "false",
@@ -159,7 +163,8 @@ def render_broker_conf(spec: GroupSpec) -> str:
         "# Per-pod keys (brokerId, brokerRole, brokerIP1, haMasterAddress, masterHttpAddress) come from",
         "# HABROKER_<key> environment variables set on each StatefulSet.",
     ]
-    lines += [f"{key}={value}" for key, value in broker_properties(spec).items()]
+    # escaped: the broker reads the whole .properties format (backslashes, continuations)
+    lines += [properties_line(key, value) for key, value in broker_properties(spec).items()]
     return "\n".join(lines) + "\n"
 
 
@@ -186,8 +191,8 @@ def slave_env_properties(
         "brokerId": str(broker_id),
         "brokerRole": "SLAVE",
         "haMasterAddress": ha,
-        # where the slave copies topics, groups and consumer offsets from
-        "masterHttpAddress": f"{ha.rpartition(':')[0]}:{spec.client_port}",
+        # where the slave copies topics, groups and consumer offsets from (the HTTP API)
+        "masterHttpAddress": f"{ha.rpartition(':')[0]}:{spec.http_port}",
     }
 
 
@@ -205,6 +210,7 @@ def _ports(spec: GroupSpec) -> list[dict[str, Any]]:
     return [
         {"name": CLIENT_PORT_NAME, "port": spec.client_port, "targetPort": CLIENT_PORT_NAME},
         {"name": HA_PORT_NAME, "port": spec.ha_port, "targetPort": HA_PORT_NAME},
+        {"name": HTTP_PORT_NAME, "port": spec.http_port, "targetPort": HTTP_PORT_NAME},
     ]
 
 
@@ -226,7 +232,8 @@ def headless_service(spec: GroupSpec, owner: Mapping[str, Any], component: str) 
 
 
 def client_service(spec: GroupSpec, owner: Mapping[str, Any]) -> Manifest:
-    """Producers and consumers start at the master; pulls are redirected by brokerId."""
+    """Producers and consumers start at the master; pulls are redirected by brokerId. The
+    ``client`` port is RocketMQ's client port, ``http`` the master's HTTP API."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -235,7 +242,12 @@ def client_service(spec: GroupSpec, owner: Mapping[str, Any]) -> Manifest:
             "type": "ClusterIP",
             "selector": selector_labels(spec.name, MASTER),
             "ports": [
-                {"name": CLIENT_PORT_NAME, "port": spec.client_port, "targetPort": CLIENT_PORT_NAME}
+                {
+                    "name": CLIENT_PORT_NAME,
+                    "port": spec.client_port,
+                    "targetPort": CLIENT_PORT_NAME,
+                },
+                {"name": HTTP_PORT_NAME, "port": spec.http_port, "targetPort": HTTP_PORT_NAME},
             ],
         },
     }
@@ -275,6 +287,7 @@ def _container(spec: GroupSpec, component: str, cluster_domain: str) -> dict[str
         "ports": [
             {"name": CLIENT_PORT_NAME, "containerPort": spec.client_port, "protocol": "TCP"},
             {"name": HA_PORT_NAME, "containerPort": spec.ha_port, "protocol": "TCP"},
+            {"name": HTTP_PORT_NAME, "containerPort": spec.http_port, "protocol": "TCP"},
         ],
         "volumeMounts": [
             {"name": "config", "mountPath": CONF_DIR, "readOnly": True},
@@ -283,18 +296,18 @@ def _container(spec: GroupSpec, component: str, cluster_domain: str) -> dict[str
         # Recovery of a long commit log can take a while: the startup probe gives it time
         # before liveness may kill it; readiness waits for recovery (and a slave's first link).
         "startupProbe": {
-            "httpGet": {"path": "/healthz", "port": CLIENT_PORT_NAME},
+            "httpGet": {"path": "/healthz", "port": HTTP_PORT_NAME},
             "periodSeconds": 2,
             "failureThreshold": 150,
         },
         "livenessProbe": {
-            "httpGet": {"path": "/healthz", "port": CLIENT_PORT_NAME},
+            "httpGet": {"path": "/healthz", "port": HTTP_PORT_NAME},
             "periodSeconds": 10,
             "timeoutSeconds": 3,
             "failureThreshold": 6,
         },
         "readinessProbe": {
-            "httpGet": {"path": "/readyz", "port": CLIENT_PORT_NAME},
+            "httpGet": {"path": "/readyz", "port": HTTP_PORT_NAME},
             "periodSeconds": 2,
             "timeoutSeconds": 2,
             "failureThreshold": 3,
@@ -398,9 +411,10 @@ def network_policy_name(group: str) -> str:
 
 
 def network_policy(spec: GroupSpec, owner: Mapping[str, Any]) -> Manifest:
-    """Only the group's own pods may reach its HA port; the client port stays open to anyone
-    (producers, consumers, the operator, Prometheus). Named ports, so custom ports need no
-    change here. Other ports of the broker pods are closed (they listen on no others)."""
+    """Only the group's own pods may reach its HA port; the client port (producers, consumers)
+    and the HTTP port (the operator, Prometheus, HTTP clients) stay open to anyone. Named ports,
+    so custom ports need no change here. Other ports of the broker pods are closed (they listen
+    on no others)."""
     group_pods = {"podSelector": {"matchLabels": selector_labels(spec.name)}}
     return {
         "apiVersion": "networking.k8s.io/v1",
@@ -410,7 +424,12 @@ def network_policy(spec: GroupSpec, owner: Mapping[str, Any]) -> Manifest:
             "podSelector": {"matchLabels": selector_labels(spec.name)},
             "policyTypes": ["Ingress"],
             "ingress": [
-                {"ports": [{"protocol": "TCP", "port": CLIENT_PORT_NAME}]},
+                {
+                    "ports": [
+                        {"protocol": "TCP", "port": CLIENT_PORT_NAME},
+                        {"protocol": "TCP", "port": HTTP_PORT_NAME},
+                    ]
+                },
                 {"from": [group_pods], "ports": [{"protocol": "TCP", "port": HA_PORT_NAME}]},
             ],
         },

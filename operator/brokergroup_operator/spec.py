@@ -24,6 +24,7 @@ RESERVED_KEYS = frozenset(
         "bindAddress",
         "listenPort",
         "haListenPort",
+        "httpListenPort",
         "haMasterAddress",
         "masterHttpAddress",
         "storePathRootDir",
@@ -75,8 +76,9 @@ class GroupSpec:
     resources: Mapping[str, Any] = field(default_factory=dict)
     read_policy: ReadPolicy = field(default_factory=ReadPolicy)
     broker_config: Mapping[str, str] = field(default_factory=dict)
-    client_port: int = 10911
-    ha_port: int = 10912
+    client_port: int = 10911  # listenPort: RocketMQ's client port (remoting)
+    ha_port: int = 10912  # haListenPort
+    http_port: int = 10913  # httpListenPort: HTTP API (operator, probes, /metrics)
 
     @property
     def master_role(self) -> str:
@@ -119,6 +121,7 @@ def parse_spec(name: str, namespace: str, spec: Mapping[str, Any]) -> GroupSpec:
         broker_config={str(k): str(v) for k, v in _get(spec, "brokerConfig", {}).items()},
         client_port=int(_get(ports, "client", 10911)),
         ha_port=int(_get(ports, "ha", 10912)),
+        http_port=int(_get(ports, "http", 10913)),
     )
     validate(group)
     return group
@@ -134,8 +137,9 @@ def validate(spec: GroupSpec) -> None:
         raise SpecError("spec.slaves", "must be >= 0")
     if spec.replication_mode == "SYNC" and spec.slaves < 1:
         raise SpecError("spec.slaves", "must be at least 1 when spec.replicationMode is SYNC")
-    if spec.client_port == spec.ha_port:
-        raise SpecError("spec.ports", "client and ha must differ")
+    ports = {"client": spec.client_port, "ha": spec.ha_port, "http": spec.http_port}
+    if len(set(ports.values())) != len(ports):
+        raise SpecError("spec.ports", "client, ha and http must all differ")
     which = spec.read_policy.which_broker_when_consume_slowly
     if isinstance(which, str) and which != AUTO:
         raise SpecError(
@@ -153,13 +157,23 @@ def validate(spec: GroupSpec) -> None:
             f"must not set {', '.join(reserved)}: the operator sets it from other spec fields",
             reason="InvalidBrokerConfig",
         )
-    # Let habroker itself parse the exact properties a slave (the strictest role) starts with,
-    # so an unknown key or unparsable value is reported here, not in a pod's crash loop.
+    _slave_config(spec)
+
+
+def _slave_config(spec: GroupSpec) -> BrokerConfig:
+    """Let habroker itself parse the exact properties a slave (the strictest role) starts with,
+    so an unknown key or unparsable value is reported here, not in a pod's crash loop."""
     from .manifests import broker_properties, slave_env_properties
 
     props = dict(broker_properties(spec))
     props.update(slave_env_properties(spec, broker_id=1))
     try:
-        BrokerConfig.from_mapping(props, source="spec.brokerConfig")
+        return BrokerConfig.from_mapping(props, source="spec.brokerConfig")
     except ConfigError as exc:
         raise SpecError("spec.brokerConfig", str(exc), reason="InvalidBrokerConfig") from None
+
+
+def broker_config_warnings(spec: GroupSpec) -> list[str]:
+    """What the brokers will warn about at startup: RocketMQ keys in spec.brokerConfig that
+    habroker accepts but does not implement, a maxMessageSize no commit-log file holds."""
+    return _slave_config(spec).startup_warnings()

@@ -29,7 +29,7 @@ from .status import BrokerReport, Event, Observation, PodInfo, compute_status
 from .wiring import master_target, rewire_plan
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
-#: (group, pod) -> "host:port" of the broker's HTTP API, or None if it cannot be reached
+#: (group, pod) -> "host:httpListenPort" of the broker's HTTP API, or None if it cannot be reached
 Resolver = Callable[[GroupSpec, PodInfo], str | None]
 
 
@@ -56,8 +56,8 @@ def resolver_for(settings: Settings) -> Resolver:
         if settings.addressing == "dns":
             service = master_name(group.name) if pod.broker_id == 0 else slave_name(group.name)
             host = pod_dns(pod.name, service, group.namespace, settings.cluster_domain)
-            return f"{host}:{group.client_port}"
-        return f"{pod.ip}:{group.client_port}" if pod.ip else None
+            return f"{host}:{group.http_port}"
+        return f"{pod.ip}:{group.http_port}" if pod.ip else None
 
     return resolve
 

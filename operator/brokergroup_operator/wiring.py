@@ -21,7 +21,7 @@ from .status import BrokerReport
 @dataclass(frozen=True)
 class MasterTarget:
     ha_address: str  # host:haPort the slave replicates from
-    http_address: str  # host:listenPort the slave copies metadata from
+    http_address: str  # host:httpListenPort the slave copies metadata from
 
 
 def master_target(
@@ -38,7 +38,7 @@ def master_target(
         host = master_ip
     else:
         host = master_ha_address(spec, cluster_domain).rpartition(":")[0]
-    return MasterTarget(f"{host}:{spec.ha_port}", f"{host}:{spec.client_port}")
+    return MasterTarget(f"{host}:{spec.ha_port}", f"{host}:{spec.http_port}")
 
 
 def rewire_plan(

@@ -4,7 +4,9 @@ Register it once per session::
 
     from brokergroup_spark import register
     register(spark)
-    spark.read.format("brokergroup").option("endpoints", "0=host:10911").option("topic", "t").load()
+    spark.read.format("brokergroup").option("endpoints", "0=host:10913").option("topic", "t").load()
+
+``endpoints`` are the brokers' HTTP API addresses (``httpListenPort``, default 10913).
 """
 
 from __future__ import annotations

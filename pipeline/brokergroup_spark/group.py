@@ -123,7 +123,8 @@ class Group:
             log.warning("slave discovery: the master's status is unavailable (%s)", exc)
             return found
         for slave in (status.get("master") or {}).get("slaves") or []:
-            broker_id, address = slave.get("brokerId"), slave.get("listenAddress")
+            # httpAddress, not listenAddress: that is RocketMQ's client port, not HTTP
+            broker_id, address = slave.get("brokerId"), slave.get("httpAddress")
             if isinstance(broker_id, int) and broker_id > 0 and address:
                 found.setdefault(broker_id, str(address))
         return found

@@ -122,8 +122,9 @@ def _brokers(opts: _Options) -> dict[int, str]:
     text = opts.get("endpoints")
     if not text:
         raise OptionError(
-            "option endpoints is required: the group's client Service as host:port (master "
-            "only), or every broker as brokerId=host:port, e.g. 0=bg-0:10911,1=bg-1:10911"
+            "option endpoints is required: the brokers' HTTP API (httpListenPort, default "
+            "10913): the group's client Service as host:port (master only), or every broker as "
+            "brokerId=host:port, e.g. 0=bg-0:10913,1=bg-1:10913"
         )
     try:
         brokers = parse_brokers(text)

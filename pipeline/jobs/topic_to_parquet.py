@@ -2,7 +2,7 @@
 
     # against a running group (e.g. a port-forwarded BrokerGroup)
     .venv/bin/python pipeline/jobs/topic_to_parquet.py \\
-        --endpoints 0=127.0.0.1:10911,1=127.0.0.1:10921 --topic orders \\
+        --endpoints 0=127.0.0.1:10913,1=127.0.0.1:10923 --topic orders \\
         --output /data/orders --checkpoint /data/orders.ckpt
 
     # self-contained: a local master + slave, two runs with new messages in between
@@ -89,10 +89,10 @@ def demo(args: argparse.Namespace) -> int:
     args.output, args.checkpoint = root / "parquet", root / "checkpoint"
     args.topic, args.starting_offsets = "orders", "earliest"
     with LocalGroup(root / "group", slaveReadEnable=True) as group:
-        args.endpoints = group.endpoints
+        args.endpoints = group.http_endpoints
 
         def send(first: int, count: int) -> None:
-            with Producer(group.master.address) as producer:
+            with Producer(group.master.http_address) as producer:
                 if first == 0:
                     producer.create_topic(args.topic, 4)
                 for start in range(first, first + count, 1000):
@@ -118,7 +118,11 @@ def demo(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--demo", action="store_true", help="run against a local master + slave")
-    parser.add_argument("--endpoints", help="0=host:port,1=host:port (or the client Service)")
+    parser.add_argument(
+        "--endpoints",
+        help="HTTP API addresses (httpListenPort, default 10913): 0=host:port,1=host:port "
+        "(or the client Service)",
+    )
     parser.add_argument("--topic")
     parser.add_argument("--output", type=Path, help="parquet directory")
     parser.add_argument("--checkpoint", type=Path, help="Spark checkpoint directory")

@@ -111,7 +111,7 @@ def test_defaults_are_applied(api: kubeapi.ApiServer) -> None:
         "whichBrokerWhenConsumeSlowly": "auto",
         "accessMessageInMemoryMaxRatio": 40,
     }
-    assert spec["ports"] == {"client": 10911, "ha": 10912}
+    assert spec["ports"] == {"client": 10911, "ha": 10912, "http": 10913}
 
 
 BAD_SPECS = [
@@ -150,6 +150,10 @@ BAD_SPECS = [
     ({"brokerConfig": {"fileReservedTime": 48}}, "spec.brokerConfig.fileReservedTime"),
     ({"ports": {"client": 70000}}, "spec.ports.client"),
     ({"ports": {"client": 10912, "ha": 10912}}, "spec.ports"),
+    ({"ports": {"client": 10913}}, "spec.ports"),  # the http port's default
+    ({"ports": {"ha": 20000, "http": 20000}}, "spec.ports"),
+    ({"ports": {"http": 0}}, "spec.ports.http"),
+    ({"brokerConfig": {"httpListenPort": "1"}}, "httpListenPort"),
     ({"unknownField": 1}, "unknownField"),
 ]
 
@@ -246,6 +250,12 @@ def test_operator_applies_children_and_reports(api: kubeapi.ApiServer, operator:
         env["HABROKER_haMasterAddress"]
         == f"orders-master-0.orders-master.{NS}.svc.cluster.local:10912"
     )
+    assert (
+        env["HABROKER_masterHttpAddress"]
+        == f"orders-master-0.orders-master.{NS}.svc.cluster.local:10913"
+    )
+    client_ports = found[("Service", "orders")]["spec"]["ports"]
+    assert {p["name"]: p["port"] for p in client_ports} == {"client": 10911, "http": 10913}
     master = found[("StatefulSet", "orders-master")]
     env = {
         e["name"]: e.get("value")
@@ -332,6 +342,26 @@ def test_what_the_schema_cannot_catch_becomes_a_condition(
     eventually(lambda: len(children(api, "typo")) == 7, what="children after the fix")
     eventually(lambda: get(api, "bg/typo")["status"]["phase"] != "Invalid", what="valid again")
     assert operator.poll() is None  # still running: no crash loop
+
+
+def test_rocketmq_keys_habroker_lacks_are_accepted_with_a_warning_event(
+    api: kubeapi.ApiServer, operator: Any
+) -> None:
+    apply(api, group("javaconf", brokerConfig={"sendMessageThreadPoolNums": "16"}))
+    eventually(lambda: len(children(api, "javaconf")) == 7, what="children")
+    events = eventually(
+        lambda: [
+            e
+            for e in get(api, "events")["items"]
+            if e["involvedObject"]["name"] == "javaconf"
+            and e["reason"] == "BrokerConfigNotImplemented"
+        ],
+        what="BrokerConfigNotImplemented event",
+    )
+    assert events[0]["type"] == "Warning"
+    assert "sendMessageThreadPoolNums" in events[0]["message"]
+    conf = get(api, "configmap/javaconf-config")["data"]["broker.conf"]
+    assert "sendMessageThreadPoolNums=16" in conf.splitlines()
 
 
 def test_delete_is_not_blocked(api: kubeapi.ApiServer, operator: Any) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 from brokergroup_operator import manifests as m
-from brokergroup_operator.spec import SpecError, parse_spec
+from brokergroup_operator.spec import SpecError, broker_config_warnings, parse_spec
 from habroker.config import BrokerConfig, read_properties
 
 OWNER = {"name": "bg", "uid": "1234"}
@@ -67,6 +67,9 @@ def test_broker_conf_is_valid_for_habroker(tmp_path):
     slave = BrokerConfig.load(path, environ=env)
     assert slave.brokerId == 2
     assert slave.haMasterAddress == "bg-master-0.bg-master.ns.svc.cluster.local:10912"
+    # metadata is copied from the master's HTTP API, not RocketMQ's client port
+    assert slave.masterHttpAddress == "bg-master-0.bg-master.ns.svc.cluster.local:10913"
+    assert (slave.listenPort, slave.haListenPort, slave.httpListenPort) == (10911, 10912, 10913)
 
 
 def test_master_statefulset():
@@ -84,9 +87,15 @@ def test_master_statefulset():
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
         "client": 10911,
         "ha": 10912,
+        "http": 10913,
     }
-    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    # probes speak HTTP, so they go to the HTTP port, never RocketMQ's client port
+    for probe, path in (
+        ("startupProbe", "/healthz"),
+        ("livenessProbe", "/healthz"),
+        ("readinessProbe", "/readyz"),
+    ):
+        assert container[probe]["httpGet"] == {"path": path, "port": "http"}, probe
     (claim,) = sts["spec"]["volumeClaimTemplates"]
     assert claim["spec"]["resources"]["requests"]["storage"] == "1Gi"
     assert sts["spec"]["persistentVolumeClaimRetentionPolicy"] == {
@@ -156,7 +165,17 @@ def test_headless_services_publish_not_ready():
     assert svc["spec"]["publishNotReadyAddresses"] is True
     client = m.client_service(spec(), OWNER)
     assert client["spec"]["selector"]["app.kubernetes.io/component"] == "master"
-    assert client["spec"]["ports"] == [{"name": "client", "port": 10911, "targetPort": "client"}]
+    assert client["spec"]["ports"] == [
+        {"name": "client", "port": 10911, "targetPort": "client"},
+        {"name": "http", "port": 10913, "targetPort": "http"},
+    ]
+    for component in (m.MASTER, m.SLAVE):
+        ports = m.headless_service(spec(), OWNER, component)["spec"]["ports"]
+        assert {p["name"]: (p["port"], p["targetPort"]) for p in ports} == {
+            "client": (10911, "client"),
+            "ha": (10912, "ha"),
+            "http": (10913, "http"),
+        }
 
 
 def test_config_hash_ignores_runtime_read_policy():
@@ -190,10 +209,24 @@ def test_resources_are_passed_through():
 
 
 def test_custom_ports():
-    group = spec(ports={"client": 20911, "ha": 20912})
+    group = spec(ports={"client": 20911, "ha": 20912, "http": 20913})
     assert m.master_ha_address(group) == "bg-master-0.bg-master.ns.svc.cluster.local:20912"
     conf = m.render_broker_conf(group)
     assert "listenPort=20911" in conf and "haListenPort=20912" in conf
+    assert "httpListenPort=20913" in conf
+    slave = m.slave_env_properties(group, 1)
+    assert slave["masterHttpAddress"] == "bg-master-0.bg-master.ns.svc.cluster.local:20913"
+    (container,) = m.statefulset(group, OWNER, m.MASTER)["spec"]["template"]["spec"]["containers"]
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
+        "client": 20911,
+        "ha": 20912,
+        "http": 20913,
+    }
+
+
+def test_http_port_defaults_to_10913_beside_custom_ports():
+    group = spec(ports={"client": 20911})
+    assert (group.client_port, group.ha_port, group.http_port) == (20911, 10912, 10913)
 
 
 def test_broker_id_of_pod():
@@ -226,6 +259,9 @@ def test_broker_id_of_pod():
             "InvalidSpec",
         ),
         ({"ports": {"client": 1, "ha": 1}}, "spec.ports", "InvalidSpec"),
+        ({"ports": {"client": 10913}}, "spec.ports", "InvalidSpec"),
+        ({"ports": {"ha": 2, "http": 2}}, "spec.ports", "InvalidSpec"),
+        ({"brokerConfig": {"httpListenPort": "1"}}, "spec.brokerConfig", "InvalidBrokerConfig"),
         ({"image": ""}, "spec.image", "InvalidSpec"),
     ],
 )
@@ -240,6 +276,38 @@ def test_spec_errors_name_the_field(overrides, field, reason):
 def test_unknown_key_error_suggests_the_right_name():
     with pytest.raises(SpecError, match="did you mean haMaxGapNotInSync"):
         spec(brokerConfig={"haMaxGapNotInSnyc": "1"})
+
+
+def test_unknown_key_is_refused_even_if_rocketmq_like():
+    with pytest.raises(SpecError) as info:
+        spec(brokerConfig={"sendMessageThreadPoolNum": "8"})
+    assert info.value.reason == "InvalidBrokerConfig"
+    assert "did you mean sendMessageThreadPoolNums" in str(info.value)
+    assert "neither RocketMQ" in str(info.value)
+
+
+def test_rocketmq_keys_habroker_lacks_are_accepted_and_warned(tmp_path):
+    group = spec(brokerConfig={"sendMessageThreadPoolNums": "16", "brokerIP2": "10.1.1.1"})
+    (warning,) = broker_config_warnings(group)
+    assert "not implemented" in warning and "brokerIP2, sendMessageThreadPoolNums" in warning
+    # they reach broker.conf, and the broker reads them back as given
+    path = tmp_path / "broker.conf"
+    path.write_text(m.config_map(group, OWNER)["data"]["broker.conf"])
+    assert read_properties(path)["sendMessageThreadPoolNums"] == "16"
+    assert broker_config_warnings(spec(brokerConfig={"fileReservedTime": "1"})) == []
+    # a bad value for such a key is still refused
+    with pytest.raises(SpecError, match="bad value for sendMessageThreadPoolNums"):
+        spec(brokerConfig={"sendMessageThreadPoolNums": "many"})
+
+
+def test_broker_conf_values_are_escaped(tmp_path):
+    tricky = "1s 5s\\10s # not a comment"
+    group = spec(brokerConfig={"messageDelayLevel": tricky, "deleteWhen": " 04"})
+    path = tmp_path / "broker.conf"
+    path.write_text(m.config_map(group, OWNER)["data"]["broker.conf"])
+    props = read_properties(path)
+    assert props["messageDelayLevel"] == tricky
+    assert props["deleteWhen"] == " 04"
 
 
 def test_read_policy_parsing():
@@ -292,8 +360,10 @@ def test_network_policy_only_when_enabled():
     assert body["podSelector"] == {"matchLabels": {"brokergroup.io/group": "bg"}}
     assert body["policyTypes"] == ["Ingress"]
     client, ha = body["ingress"]
-    # the client port from anywhere; the HA port only from this group's pods (same namespace)
-    assert client == {"ports": [{"protocol": "TCP", "port": "client"}]}
+    # the client and HTTP ports from anywhere; the HA port only from this group's pods
+    assert client == {
+        "ports": [{"protocol": "TCP", "port": "client"}, {"protocol": "TCP", "port": "http"}]
+    }
     assert ha == {
         "from": [{"podSelector": {"matchLabels": {"brokergroup.io/group": "bg"}}}],
         "ports": [{"protocol": "TCP", "port": "ha"}],
@@ -301,7 +371,7 @@ def test_network_policy_only_when_enabled():
     # the ports are named on the container, whatever their numbers
     sts = items[("StatefulSet", "bg-slave")]
     names = {p["name"] for p in sts["spec"]["template"]["spec"]["containers"][0]["ports"]}
-    assert names == {"client", "ha"}
+    assert names == {"client", "ha", "http"}
 
 
 @pytest.mark.parametrize(

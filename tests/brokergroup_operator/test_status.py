@@ -344,7 +344,7 @@ def test_rewire_only_slaves_pointing_elsewhere_or_stranded():
     g = group()
     target = master_target(g, "dns", "10.0.0.10", "cluster.local")
     assert target is not None and target.ha_address == MASTER_HA
-    assert target.http_address == MASTER_HA.replace("10912", "10911")
+    assert target.http_address == MASTER_HA.replace("10912", "10913")  # httpListenPort
     slaves = {
         1: BrokerReport(pod(1, "10.0.0.11"), slave_status(1, 0)),
         2: BrokerReport(pod(2, "10.0.0.12"), slave_status(2, 0, master="old:10912")),
@@ -362,6 +362,7 @@ def test_pod_ip_wiring_follows_the_master_pod():
     assert master_target(g, "pod-ip", None, "cluster.local") is None
     target = master_target(g, "pod-ip", "10.0.0.10", "cluster.local")
     assert target is not None and target.ha_address == "10.0.0.10:10912"
+    assert target.http_address == "10.0.0.10:10913"
     slaves = {1: BrokerReport(pod(1, "10.0.0.11"), slave_status(1, 0, master=MASTER_HA))}
     assert (
         rewire_plan(target, slaves, master_moved=False)[1]["haMasterAddress"] == "10.0.0.10:10912"

@@ -45,9 +45,10 @@ class Harness:
         self.state = GroupState()
         self.status: dict[str, Any] = {}
         self.events: list[tuple[str, str]] = []
+        # the operator talks to each broker's HTTP API (httpListenPort)
         self.addresses = {
-            "bg-master-0": local.master.address,
-            "bg-slave-0": local.slaves[0].address,
+            "bg-master-0": local.master.http_address,
+            "bg-slave-0": local.slaves[0].http_address,
         }
 
     def pods(self) -> list[PodInfo]:
@@ -90,6 +91,7 @@ async def test_offsets_read_policy_and_events_from_real_brokers(local_group: Loc
                 "ports": {
                     "client": int(local_group.master.config["listenPort"]),
                     "ha": int(local_group.master.config["haListenPort"]),
+                    "http": int(local_group.master.config["httpListenPort"]),
                 },
                 "readPolicy": {"slaveReadEnable": True, "accessMessageInMemoryMaxRatio": 25},
             },
@@ -130,7 +132,7 @@ async def test_offsets_read_policy_and_events_from_real_brokers(local_group: Loc
                 "habroker",
                 "produce",
                 "--broker",
-                local_group.master.address,
+                local_group.master.http_address,
                 "--topic",
                 "t",
                 "--count",
@@ -177,6 +179,7 @@ async def test_rewire_a_slave_pointing_elsewhere(local_group: LocalGroup) -> Non
         ports = {
             "client": int(local_group.master.config["listenPort"]),
             "ha": int(local_group.master.config["haListenPort"]),
+            "http": int(local_group.master.config["httpListenPort"]),
         }
         group = parse_spec("bg", "ns", {"image": "x", "slaves": 1, "ports": ports})
         slave = local_group.slaves[0]
@@ -184,7 +187,10 @@ async def test_rewire_a_slave_pointing_elsewhere(local_group: LocalGroup) -> Non
         slave.request("PUT", "/v1/admin/master-address", {"haMasterAddress": "127.0.0.1:1"})
         await h.run(group)
         assert ("Normal", "SlaveRewired") in h.events
-        assert slave.status()["slave"]["masterAddress"] == f"127.0.0.1:{ports['ha']}"
+        own = slave.status()["slave"]
+        assert own["masterAddress"] == f"127.0.0.1:{ports['ha']}"
+        # metadata is copied from the master's HTTP port, not RocketMQ's client port
+        assert own["metadata"]["masterHttpAddress"] == local_group.master.http_address
         for _ in range(50):
             status = await h.run(group)
             if status["slaves"][0]["connected"]:

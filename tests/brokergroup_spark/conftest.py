@@ -87,7 +87,7 @@ def produce(
     chunk: int = 500,
 ) -> None:
     """``per_queue`` messages into each queue (creating the topic), replicated to the slave."""
-    with Producer(group.master.address) as producer:
+    with Producer(group.master.http_address) as producer:
         if first == 0:
             producer.create_topic(topic, queues)
         for queue in range(queues):
@@ -102,7 +102,7 @@ def produce(
 
 
 def read(spark: Any, group: LocalGroup, topic: str, **options: Any) -> Any:
-    reader = spark.read.format("brokergroup").option("endpoints", group.endpoints)
+    reader = spark.read.format("brokergroup").option("endpoints", group.http_endpoints)
     reader = reader.option("topic", topic)
     for key, value in options.items():
         reader = reader.option(key, str(value))

@@ -30,8 +30,10 @@ def record(
     v6_born: bool = False,
     v6_store: bool = False,
     v2: bool = False,
+    sysflag: int = 0,
 ) -> bytes:
-    sysflag = (0x10 if v6_born else 0) | (0x20 if v6_store else 0)
+    """``body`` as stored; ``sysflag`` adds producer bits (0x1 COMPRESSED, 0x700 the type)."""
+    sysflag |= (0x10 if v6_born else 0) | (0x20 if v6_store else 0)
     born_host = (b"\0" * 15 + b"\1" if v6_born else b"\x7f\0\0\1") + struct.pack(">i", 5555)
     store_host = (b"\0" * 15 + b"\1" if v6_store else b"\x7f\0\0\1") + struct.pack(">i", 10911)
     topic_raw = topic.encode()

@@ -45,7 +45,7 @@ def test_several_topics_in_one_read(spark, group):
     produce(group, "multi-b", queues=2, per_queue=20)
     df = (
         spark.read.format("brokergroup")
-        .option("endpoints", group.endpoints)
+        .option("endpoints", group.http_endpoints)
         .option("topics", "multi-a,multi-b")
         .load()
     )
@@ -63,7 +63,7 @@ def test_backlog_reads_are_served_by_the_slave(spark, group):
     # Given only the master (e.g. the client Service), everything comes from the master.
     master_only = (
         spark.read.format("brokergroup")
-        .option("endpoints", group.master.address)
+        .option("endpoints", group.master.http_address)
         .option("topic", "backlog")
         .load()
     )
@@ -73,7 +73,7 @@ def test_backlog_reads_are_served_by_the_slave(spark, group):
 
 def test_reader_follows_suggestions_at_the_client_level(group):
     produce(group, "direct", queues=1, per_queue=3000, size=200)
-    with Group({**group.broker_map()}) as client:
+    with Group({**group.http_broker_map()}) as client:
         served = {}
         for batch in client.read_range("direct", 0, 0, 3000, batch=256):
             for broker in batch.column("brokerId").to_pylist():
@@ -101,7 +101,7 @@ def test_bad_options_fail_the_query_with_the_message(
 ):
     reader = spark.read.format("brokergroup").option("topic", small_topic)
     if "endpoints" not in options:
-        reader = reader.option("endpoints", group.endpoints)
+        reader = reader.option("endpoints", group.http_endpoints)
     for key, value in options.items():
         if value is not None:
             reader = reader.option(key, value)
@@ -121,7 +121,7 @@ def test_reads_fall_back_to_the_slave_when_the_master_is_down(spark, tmp_path):
         wait_for(
             lambda: (
                 "failover"
-                in BrokerConnection(group.slaves[0].address).json("GET", "/v1/topics")[
+                in BrokerConnection(group.slaves[0].http_address).json("GET", "/v1/topics")[
                     "topicConfigTable"
                 ]
             ),
@@ -146,7 +146,7 @@ def test_slaves_named_by_the_master_serve_backlog_reads(spark, group):
     )
     df = (
         spark.read.format("brokergroup")
-        .option("endpoints", group.master.address)  # the master alone, as a client Service
+        .option("endpoints", group.master.http_address)  # the master alone, as a client Service
         .option("topic", "discover")
         .option("discoverSlaves", "true")
         .load()
@@ -157,6 +157,6 @@ def test_slaves_named_by_the_master_serve_backlog_reads(spark, group):
 
 def test_a_user_schema_is_refused(spark, group, small_topic):
     reader = spark.read.format("brokergroup").schema("body binary")
-    reader = reader.option("endpoints", group.endpoints).option("topic", small_topic)
+    reader = reader.option("endpoints", group.http_endpoints).option("topic", small_topic)
     with pytest.raises(Exception, match="fixed schema"):
         reader.load().count()

@@ -34,9 +34,11 @@ def expired(tmp_path_factory):
         past = time.time() - 100 * 3600  # fileReservedTime defaults to 72 h
         for path in files[:-1]:
             os.utime(path, (past, past))
-        cleaned = BrokerConnection(group.master.address).json("POST", "/v1/admin/clean-expired")
+        cleaned = BrokerConnection(group.master.http_address).json(
+            "POST", "/v1/admin/clean-expired"
+        )
         assert cleaned["deletedFiles"] >= 1, cleaned
-        with Group({0: group.master.address}) as client:
+        with Group({0: group.master.http_address}) as client:
             low, high = client.bounds(("old",))[("old", 0)]
         assert 0 < low < high == 2000
         yield group, low
@@ -65,7 +67,7 @@ def test_earliest_starts_at_what_is_left(spark, expired):
 
 def test_client_reports_loss_inside_a_range(expired):
     group, low = expired
-    with Group({0: group.master.address}) as client:
+    with Group({0: group.master.http_address}) as client:
         with pytest.raises(RuntimeError, match="failOnDataLoss=false"):
             list(client.read_range("old", 0, 0, 2000))
         rows = sum(

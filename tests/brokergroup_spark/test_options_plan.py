@@ -2,7 +2,7 @@ import pytest
 from brokergroup_spark import plan
 from brokergroup_spark.options import OptionError, parse_read_options, parse_write_options
 
-EP = "0=127.0.0.1:10911,1=127.0.0.1:10921"
+EP = "0=127.0.0.1:10913,1=127.0.0.1:10923"
 
 
 def read(streaming=False, **opts):
@@ -12,7 +12,7 @@ def read(streaming=False, **opts):
 
 def test_defaults_follow_the_kafka_source():
     batch, stream = read(), read(streaming=True)
-    assert batch.brokers == {0: "127.0.0.1:10911", 1: "127.0.0.1:10921"}
+    assert batch.brokers == {0: "127.0.0.1:10913", 1: "127.0.0.1:10923"}
     assert (batch.starting, batch.ending, stream.starting) == ("earliest", "latest", "latest")
     assert batch.fail_on_data_loss and batch.max_records_per_partition is None
     assert batch.pull_batch_size == 1024 and batch.timeout == 30.0
@@ -63,7 +63,7 @@ def test_bad_options_are_rejected_clearly(opts, streaming, message):
 
 def test_write_options():
     opts = parse_write_options({"endpoints": EP, "topic": "t", "batchsize": "10"})
-    assert (opts.topic, opts.batch_size, opts.brokers[0]) == ("t", 10, "127.0.0.1:10911")
+    assert (opts.topic, opts.batch_size, opts.brokers[0]) == ("t", 10, "127.0.0.1:10913")
     with pytest.raises(OptionError, match=r"unknown write option.*startingoffsets"):
         parse_write_options({"endpoints": EP, "startingoffsets": "earliest"})
     with pytest.raises(OptionError, match="between 1 and 4096"):

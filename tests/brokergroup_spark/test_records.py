@@ -117,3 +117,40 @@ def test_corrupt_input_is_rejected():
     struct.pack_into(">i", bad, 84, 50)  # body length no longer matches TOTALSIZE
     with pytest.raises(RecordError):
         decode(bytes(bad), topic="t", broker_id=0)
+
+
+def _compressed_mix(v6: bool = False) -> tuple[bytes, list[bytes]]:
+    """Plain rows around rows stored as RocketMQ's own compressors wrote them."""
+    from tests.habroker.test_compression import JAVA, ORIGINAL
+
+    raws, want = [], []
+    for i, name in enumerate(["", "ZLIB_4.9.7", "", "ZLIB", "LZ4", "", "ZSTD", ""]):
+        flag, stored = JAVA[name] if name else (0, b"plain-%d" % i)
+        raws.append(
+            record(
+                stored,
+                queue_offset=i,
+                sysflag=flag,
+                v6_born=v6,
+                properties=props_bytes({"KEYS": f"k{i}"}),
+            )
+        )
+        want.append(ORIGINAL if name else stored)
+    return b"".join(raws), want
+
+
+@pytest.mark.parametrize("v6", [False, True], ids=["fast-path", "general-path"])
+def test_compressed_bodies_are_decompressed(v6):
+    raw, want = _compressed_mix(v6)
+    batch = decode(raw, topic="t", broker_id=0)
+    assert batch.column("body").to_pylist() == want
+    assert batch.column("key").to_pylist() == [f"k{i}" for i in range(len(want))]
+    assert as_rows(batch) == as_rows(decode_slow(raw, topic="t", broker_id=0))
+
+
+def test_a_compressed_body_that_does_not_decompress_names_its_record():
+    good = record(b"ok")
+    bad = record(b"not zlib at all", sysflag=0x301)
+    for decoder in (decode, decode_slow):
+        with pytest.raises(RecordError, match=f"record at byte {len(good)}: ZLIB-compressed"):
+            decoder(good + bad, topic="t", broker_id=0)

@@ -7,7 +7,7 @@ from tests.brokergroup_spark.conftest import produce, wait_for
 
 
 def stream(spark, group, topic, **options):
-    reader = spark.readStream.format("brokergroup").option("endpoints", group.endpoints)
+    reader = spark.readStream.format("brokergroup").option("endpoints", group.http_endpoints)
     reader = reader.option("topic", topic)
     for key, value in options.items():
         reader = reader.option(key, str(value))
@@ -47,7 +47,7 @@ def test_restarted_query_resumes_without_duplicates_or_loss(spark, group, tmp_pa
 
     # Spark commits each batch to the source when the next one is planned: the group's
     # offsets on the broker trail the checkpoint by at most one batch, and never lead it.
-    master = BrokerConnection(group.master.address)
+    master = BrokerConnection(group.master.http_address)
     table = master.json("GET", "/v1/consumer-offsets")["offsetTable"]["resume@etl"]
     assert all(300 <= table[str(q)] <= 500 for q in range(2)), table
 
@@ -80,7 +80,7 @@ def test_stream_picks_up_queues_added_to_the_topic(spark, group, tmp_path):
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
     df = stream(spark, group, "grow", startingOffsets="earliest")
     assert sum(run_available_now(df, out, ckpt)) == 20
-    master = BrokerConnection(group.master.address)
+    master = BrokerConnection(group.master.http_address)
     master.json("POST", "/v1/topics", {"topic": "grow", "readQueueNums": 2, "writeQueueNums": 2})
     produce(group, "grow", queues=2, per_queue=10, first=20)  # queue 1 gets offsets 0..9
     assert sum(run_available_now(df, out, ckpt)) == 20

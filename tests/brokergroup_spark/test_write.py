@@ -26,12 +26,12 @@ ROWS = StructType(
 
 
 def create_topic(group, topic, queues):
-    with Producer(group.master.address) as producer:
+    with Producer(group.master.http_address) as producer:
         producer.create_topic(topic, queues)
 
 
 def write(df, group, **options):
-    writer = df.write.format("brokergroup").mode("append").option("endpoints", group.endpoints)
+    writer = df.write.format("brokergroup").mode("append").option("endpoints", group.http_endpoints)
     for key, value in options.items():
         writer = writer.option(key, str(value))
     writer.save()
@@ -83,7 +83,7 @@ def test_stream_write_copies_a_topic(spark, group, tmp_path):
     create_topic(group, "copy-dst", 1)
     src = (
         spark.readStream.format("brokergroup")
-        .option("endpoints", group.endpoints)
+        .option("endpoints", group.http_endpoints)
         .option("topic", "copy-src")
         .option("startingOffsets", "earliest")
         .load()
@@ -91,7 +91,7 @@ def test_stream_write_copies_a_topic(spark, group, tmp_path):
     )
     query = (
         src.writeStream.format("brokergroup")
-        .option("endpoints", group.endpoints)
+        .option("endpoints", group.http_endpoints)
         .option("topic", "copy-dst")
         .option("checkpointLocation", str(tmp_path / "ckpt"))
         .trigger(availableNow=True)

@@ -7,7 +7,8 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from habroker.config import BrokerConfig
+from habroker.config import BrokerConfig, BrokerRole
+from habroker.message import encode_record
 from habroker.store import BatchEntry, MessageStore
 
 FILE_SIZE = 64 * 1024
@@ -76,3 +77,36 @@ def cq_units(store_root: Path, topic: str, queue_id: int) -> list[tuple[int, int
                 return units
             units.append(unit)
     return units
+
+
+def producer_records(
+    topic: str, queue_id: int, bodies: list[tuple[bytes, int]], start_ts: int = 1_700_000_000_000
+) -> bytes:
+    """Records as a master stores what producers sent: (body as sent, producer's sysFlag)
+    each, at commit-log offset 0 onwards, queue offsets 0 onwards."""
+    out = bytearray()
+    for i, (body, sys_flag) in enumerate(bodies):
+        out += encode_record(
+            topic=topic,
+            queue_id=queue_id,
+            body=body,
+            sys_flag=sys_flag,
+            properties={"KEYS": f"k{i}", "UNIQ_KEY": f"u{i}"},
+            queue_offset=i,
+            commit_log_offset=len(out),
+            born_timestamp=start_ts + i,
+            store_timestamp=start_ts + i,
+        )
+    return bytes(out)
+
+
+async def store_holding(root: Path, records: bytes, **overrides: Any) -> None:
+    """A store (left shut down) holding exactly ``records`` from offset 0: written the way a
+    slave takes replicated bytes, so sysFlags are kept exactly as given (a master's put path
+    sets its own). A broker started on ``root`` then serves them."""
+    store = await started(root, brokerRole=BrokerRole.SLAVE, brokerId=1, **overrides)
+    try:
+        assert store.append_to_commit_log(0, records)
+        assert store.dispatched_offset == len(records)
+    finally:
+        await store.shutdown()

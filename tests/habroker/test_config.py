@@ -5,6 +5,7 @@ from habroker.config import BrokerConfig, BrokerRole, ConfigError, FlushDiskType
 def test_defaults_are_rocketmq_defaults():
     cfg = BrokerConfig.load(environ={})
     assert cfg.listenPort == 10911 and cfg.haListenPort == 10912
+    assert cfg.httpListenPort == 10913  # habroker's HTTP API, beside RocketMQ's two ports
     assert cfg.mappedFileSizeCommitLog == 1073741824
     assert cfg.mappedFileSizeConsumeQueue == 6_000_000
     assert cfg.haTransferBatchSize == 32768 and cfg.haMaxGapNotInSync == 256 * 1024 * 1024
@@ -41,6 +42,15 @@ def test_file_then_env_then_overrides(tmp_path):
         ({"mappedFileSizeConsumeQueue": "30"}, "multiple of 20"),
         ({"deleteWhen": "25"}, "deleteWhen"),
         ({"haMasterAddress": "nohost"}, "expected host:port"),
+        ({"httpListenPort": "0"}, "httpListenPort=0: must be 1..65535"),
+        ({"httpListenPort": "65536"}, "httpListenPort=65536: must be 1..65535"),
+        ({"httpListenPort": "10911"}, "listenPort=10911: the same port as httpListenPort"),
+        ({"httpListenPort": "10912"}, "haListenPort=10912: the same port as httpListenPort"),
+        ({"listenPort": "10912"}, "listenPort=10912: the same port as haListenPort"),
+        (
+            {"listenPort": "7", "haListenPort": "8", "httpListenPort": "8"},
+            "haListenPort=8: the same port as httpListenPort",
+        ),
     ],
 )
 def test_bad_config_names_the_key(values, fragment):
@@ -51,9 +61,13 @@ def test_bad_config_names_the_key(values, fragment):
 
 def test_bad_properties_line_names_file_and_line(tmp_path):
     conf = tmp_path / "b.conf"
-    conf.write_text("brokerName=a\njust-a-word\n")
-    with pytest.raises(ConfigError, match=r"b.conf:2: expected key=value"):
+    conf.write_text("brokerName=a\nbad\\uZZZZ=1\n")
+    with pytest.raises(ConfigError, match=r"b.conf:2: "):
         read_properties(conf)
+    # a bare word is a key with an empty value in Java, so it is judged as a key
+    conf.write_text("brokerName=a\njust-a-word\n")
+    with pytest.raises(ConfigError, match="unknown key 'just-a-word'"):
+        BrokerConfig.load(conf, environ={})
 
 
 def test_missing_file_is_a_config_error(tmp_path):

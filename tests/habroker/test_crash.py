@@ -52,7 +52,7 @@ def test_sigkill_under_load_loses_no_acknowledged_message(broker_factory, flush)
     stop = threading.Event()
     acked: dict[int, list] = {pid: [] for pid in range(PRODUCERS)}
     threads = [
-        threading.Thread(target=_produce, args=(broker.address, pid, acked[pid], stop))
+        threading.Thread(target=_produce, args=(broker.http_address, pid, acked[pid], stop))
         for pid in range(PRODUCERS)
     ]
     for t in threads:
@@ -70,7 +70,7 @@ def test_sigkill_under_load_loses_no_acknowledged_message(broker_factory, flush)
 
     broker.start()
     found: dict[tuple[int, int], bytes] = {}
-    with BrokerGroupReader(broker.address) as reader:
+    with BrokerGroupReader(broker.http_address) as reader:
         for qid in range(QUEUES):
             offset = 0
             while True:
@@ -98,5 +98,5 @@ def test_sigkill_under_load_loses_no_acknowledged_message(broker_factory, flush)
         ]
         assert mine == sorted(mine)
     # and the broker takes new writes after recovery
-    with Producer(broker.address) as producer:
+    with Producer(broker.http_address) as producer:
         assert producer.send("crash", b"after", queue_id=0).status == "PUT_OK"

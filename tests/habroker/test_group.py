@@ -38,11 +38,11 @@ def commit_logs_identical(a: Path, b: Path) -> None:
 
 def test_slave_copies_metadata_and_refuses_writes(group_factory):
     group = group_factory(**SMALL)
-    master = BrokerConnection(group.master.address)
+    master = BrokerConnection(group.master.http_address)
     master.json("POST", "/v1/topics", {"topic": "meta", "readQueueNums": 3, "writeQueueNums": 3})
     master.json("PUT", "/v1/subscription-groups/g1", {"whichBrokerWhenConsumeSlowly": 1})
     master.json("PUT", "/v1/consumer-offsets/g1/meta/2", {"offset": 0})
-    slave = BrokerConnection(group.slaves[0].address)
+    slave = BrokerConnection(group.slaves[0].http_address)
     wait_for(
         lambda: "meta" in slave.json("GET", "/v1/topics")["topicConfigTable"], what="topic copy"
     )
@@ -55,7 +55,7 @@ def test_slave_copies_metadata_and_refuses_writes(group_factory):
         what="offset copy",
     )
     assert group.slaves[0].status()["slave"]["metadata"]["lastError"] is None
-    with Producer(group.slaves[0].address) as producer, pytest.raises(BrokerAPIError) as exc:
+    with Producer(group.slaves[0].http_address) as producer, pytest.raises(BrokerAPIError) as exc:
         producer.send("meta", b"x", queue_id=0)
     assert exc.value.status == 403 and exc.value.code == "not_master"
     with pytest.raises(BrokerAPIError) as exc:
@@ -69,7 +69,7 @@ def test_slave_copies_metadata_and_refuses_writes(group_factory):
 
 def test_status_and_metrics_show_replication(group_factory):
     group = group_factory(**SMALL)
-    with Producer(group.master.address) as producer:
+    with Producer(group.master.http_address) as producer:
         producer.create_topic("st", 1)
         for _ in range(20):
             producer.send_batch("st", [b"y" * 1000] * 20, queue_id=0)
@@ -97,15 +97,16 @@ def test_status_and_metrics_show_replication(group_factory):
         what="slave identity",
     )
     assert row["brokerId"] == 1 and row["listenAddress"] == group.slaves[0].address
+    assert row["httpAddress"] == group.slaves[0].http_address
     assert row["address"] == group.slaves[0].status()["slave"]["localAddress"]
     sst = group.slaves[0].status()
     assert sst["role"] == "SLAVE" and sst["slave"]["connected"] is True
     assert sst["slave"]["masterAddress"] == group.master.ha_address
     assert sst["maxOffset"] == st["maxOffset"]
-    with urllib.request.urlopen(f"http://{group.master.address}/metrics") as resp:
+    with urllib.request.urlopen(f"http://{group.master.http_address}/metrics") as resp:
         metrics = resp.read().decode()
     assert "habroker_ha_slave_lag_bytes{" in metrics and "habroker_ha_in_sync_slaves" in metrics
-    with urllib.request.urlopen(f"http://{group.slaves[0].address}/metrics") as resp:
+    with urllib.request.urlopen(f"http://{group.slaves[0].http_address}/metrics") as resp:
         assert 'habroker_ha_connected{broker="broker-a",brokerId="1"} 1' in resp.read().decode()
     commit_logs_identical(group.master.root, group.slaves[0].root)
 
@@ -119,7 +120,7 @@ def test_backlog_is_redirected_to_the_slave(group_factory, slave_read):
     }
     group = group_factory(**SMALL, **policy)
     bodies = [f"msg-{i:05d}".encode() * 20 for i in range(3000)]  # ~200 bytes each, ~700 KB of log
-    with Producer(group.master.address) as producer:
+    with Producer(group.master.http_address) as producer:
         producer.create_topic("rd", 1)
         for start in range(0, len(bodies), 100):
             producer.send_batch(
@@ -132,7 +133,7 @@ def test_backlog_is_redirected_to_the_slave(group_factory, slave_read):
     )
     got: list[bytes] = []
     served: list[int] = []
-    with BrokerGroupReader(group.endpoints) as reader:
+    with BrokerGroupReader(group.http_endpoints) as reader:
         offset = 0
         while True:
             res = reader.pull("rd", 0, offset, max_msgs=100, group="readers")
@@ -154,7 +155,7 @@ def test_backlog_is_redirected_to_the_slave(group_factory, slave_read):
 
 def test_slave_follows_a_master_that_moved(group_factory):
     group = group_factory(**SMALL)
-    with Producer(group.master.address) as producer:
+    with Producer(group.master.http_address) as producer:
         producer.create_topic("mv", 2)
         for _ in range(30):
             producer.send_batch("mv", [b"before" * 100] * 10)
@@ -163,14 +164,18 @@ def test_slave_follows_a_master_that_moved(group_factory):
     group.master.stop()
     group.master.config["listenPort"] = free_port()
     group.master.config["haListenPort"] = free_port()
+    group.master.config["httpListenPort"] = free_port()
     group.master.start()
-    slave = BrokerConnection(group.slaves[0].address)
+    slave = BrokerConnection(group.slaves[0].http_address)
     slave.json(
         "PUT",
         "/v1/admin/master-address",
-        {"haMasterAddress": group.master.ha_address, "masterHttpAddress": group.master.address},
+        {
+            "haMasterAddress": group.master.ha_address,
+            "masterHttpAddress": group.master.http_address,
+        },
     )
-    with Producer(group.master.address) as producer:
+    with Producer(group.master.http_address) as producer:
         for _ in range(30):
             producer.send_batch("mv", [b"after" * 100] * 10)
     group.wait_replicated()
@@ -182,8 +187,22 @@ def test_slave_follows_a_master_that_moved(group_factory):
 
 def test_bad_master_address_is_refused(group_factory):
     group = group_factory(**SMALL)
-    slave = BrokerConnection(group.slaves[0].address)
+    slave = BrokerConnection(group.slaves[0].http_address)
     with pytest.raises(BrokerAPIError) as exc:
         slave.json("PUT", "/v1/admin/master-address", {"haMasterAddress": "no-port"})
     assert exc.value.status == 400 and "haMasterAddress" in exc.value.message
     assert group.slaves[0].status()["slave"]["masterAddress"] == group.master.ha_address
+
+
+def test_slave_identity_keeps_a_known_http_address(tmp_path):
+    """An announcement without the HTTP address (a remoting registration) keeps the one the
+    slave's HTTP metadata copy gave, so status does not flap between the two."""
+    from habroker.broker import BrokerController
+    from habroker.config import BrokerConfig
+
+    broker = BrokerController(BrokerConfig(storePathRootDir=str(tmp_path)))
+    broker.note_slave_identity("10.0.0.6:5000", 1, "10.0.0.6:10911", "10.0.0.6:10913")
+    broker.note_slave_identity("10.0.0.6:5000", 1, "10.0.0.6:10911")
+    assert broker.slave_identities["10.0.0.6:5000"] == (1, "10.0.0.6:10911", "10.0.0.6:10913")
+    broker.note_slave_identity("10.0.0.6:5000", 2, "10.0.0.6:10921")  # another slave now
+    assert broker.slave_identities["10.0.0.6:5000"] == (2, "10.0.0.6:10921", "")

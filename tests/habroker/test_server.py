@@ -24,7 +24,10 @@ def broker(broker_factory):
 
 def raw(broker, method, path, body=b"", headers=None):
     req = urllib.request.Request(
-        f"http://{broker.address}{path}", data=body or None, method=method, headers=headers or {}
+        f"http://{broker.http_address}{path}",
+        data=body or None,
+        method=method,
+        headers=headers or {},
     )
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
@@ -34,7 +37,7 @@ def raw(broker, method, path, body=b"", headers=None):
 
 
 def test_produce_and_pull_round_trip(broker):
-    with Producer(broker.address) as producer:
+    with Producer(broker.http_address) as producer:
         first = producer.send("t", b"one", queue_id=1, tags="A", keys=["k1", "k2"])
         batch = producer.send_batch(
             "t", [OutgoingMessage(f"m{i}".encode(), tags="B") for i in range(40)], queue_id=1
@@ -42,7 +45,7 @@ def test_produce_and_pull_round_trip(broker):
     assert first.status == "PUT_OK" and first.queue_offset == 0 and first.count == 1
     assert batch.queue_offset == 1 and batch.count == 40
     assert batch.commit_log_offset > first.commit_log_offset
-    with BrokerGroupReader(broker.address) as reader:
+    with BrokerGroupReader(broker.http_address) as reader:
         res = reader.pull("t", 1, 0, max_msgs=100)
     assert res.status == "FOUND" and res.next_begin_offset == 41 and res.max_offset == 41
     bodies = [m.body for m in res.messages]
@@ -53,7 +56,7 @@ def test_produce_and_pull_round_trip(broker):
 
 
 def test_topic_offsets(broker):
-    with Producer(broker.address) as producer:
+    with Producer(broker.http_address) as producer:
         producer.send_batch("t", [b"a", b"b", b"c"], queue_id=1)
     code, body = broker.request("GET", "/v1/topics/t/offsets")
     assert code == 200 and body["queues"] == {
@@ -64,15 +67,15 @@ def test_topic_offsets(broker):
 
 
 def test_round_robin_when_no_queue_given(broker):
-    with Producer(broker.address) as producer:
+    with Producer(broker.http_address) as producer:
         queues = [producer.send("t", b"x").queue_id for _ in range(4)]
     assert sorted(queues) == [0, 0, 1, 1]
 
 
 def test_pull_statuses_and_json_view(broker):
-    with Producer(broker.address) as producer:
+    with Producer(broker.http_address) as producer:
         producer.send_batch("t", [b"a", b"b"], queue_id=0)
-    with BrokerGroupReader(broker.address) as reader:
+    with BrokerGroupReader(broker.http_address) as reader:
         assert reader.pull("t", 0, 2).status == "OFFSET_OVERFLOW_ONE"
         over = reader.pull("t", 0, 9)
         assert over.status == "OFFSET_OVERFLOW_BADLY" and over.next_begin_offset == 2
@@ -162,7 +165,7 @@ def test_bad_produce_writes_nothing(broker, desc, path, body, ctype, status, cod
     assert (got, err["error"]) == (status, code), data
     assert err["message"]
     assert broker.status()["maxOffset"] == before
-    with Producer(broker.address) as producer:  # still serving
+    with Producer(broker.http_address) as producer:  # still serving
         assert producer.send("t", b"after", queue_id=0).status == "PUT_OK"
 
 
@@ -184,7 +187,7 @@ def test_bad_reads(broker, path, status, code):
 
 
 def test_offsets_topics_groups_and_admin(broker):
-    conn = BrokerConnection(broker.address)
+    conn = BrokerConnection(broker.http_address)
     assert conn.json("PUT", "/v1/consumer-offsets/g1/t/1", {"offset": 5}) == {"offset": 5}
     assert conn.json("GET", "/v1/consumer-offsets/g1/t/1") == {"offset": 5}
     assert conn.json("GET", "/v1/consumer-offsets")["offsetTable"] == {"t@g1": {"1": 5}}
@@ -222,7 +225,7 @@ def test_offsets_topics_groups_and_admin(broker):
 def test_health_metrics_and_openapi(broker):
     assert raw(broker, "GET", "/healthz")[0] == 200
     assert raw(broker, "GET", "/readyz")[0] == 200
-    with Producer(broker.address) as producer:
+    with Producer(broker.http_address) as producer:
         producer.send_batch("t", [b"x"] * 3, queue_id=0)
     _, headers, body = raw(broker, "GET", "/metrics")
     text = body.decode()
@@ -263,3 +266,42 @@ def test_bad_config_stops_startup_with_the_key_named(broker_factory):
     b.start(wait=False)
     assert b.proc is not None and b.proc.wait(30) == 2
     assert "unknown key 'brokerRol' (did you mean brokerRole?)" in b.log_path.read_text()
+
+
+def test_http_api_listens_on_http_listen_port_only(broker_factory):
+    """HTTP is served on httpListenPort; listenPort is RocketMQ's client port and never HTTP."""
+    import http.client
+
+    from habroker.local import free_port
+
+    ports = {"listenPort": free_port(), "haListenPort": free_port(), "httpListenPort": free_port()}
+    assert len(set(ports.values())) == 3
+    b = broker_factory("ports", **ports)
+    assert b.http_address == f"127.0.0.1:{ports['httpListenPort']}"
+    with urllib.request.urlopen(f"http://{b.http_address}/healthz", timeout=5) as resp:
+        assert resp.status == 200
+    st = b.status()
+    assert st["httpAddress"] == b.http_address
+    assert st["listenAddress"] == b.address == f"127.0.0.1:{ports['listenPort']}"
+    assert st["haListenAddress"] == b.ha_address
+    # whatever listens on listenPort (nothing yet, or the remoting protocol), it is not HTTP
+    conn = http.client.HTTPConnection("127.0.0.1", ports["listenPort"], timeout=5)
+    with pytest.raises((OSError, http.client.HTTPException)):
+        conn.request("GET", "/healthz")
+        conn.getresponse()
+    conn.close()
+    # the start line names all three ports
+    log = b.log_path.read_text()
+    assert f"127.0.0.1:{ports['listenPort']}" in log
+    assert f"http 127.0.0.1:{ports['httpListenPort']}" in log
+    assert f"ha 127.0.0.1:{ports['haListenPort']}" in log
+
+
+@pytest.mark.parametrize("clash", ["listenPort", "haListenPort"])
+def test_colliding_ports_are_refused_at_start(broker_factory, clash):
+    b = broker_factory("clash", start=False)
+    b.config["httpListenPort"] = b.config[clash]
+    with pytest.raises(RuntimeError, match="broker exited with 2") as exc:
+        b.start(timeout=30)
+    assert f"{clash}={b.config[clash]}: the same port as httpListenPort" in str(exc.value)
+    assert "configuration error" in str(exc.value)

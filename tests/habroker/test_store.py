@@ -227,6 +227,33 @@ async def test_validation_rejects_whole_batch(tmp_path):
         await store.shutdown()
 
 
+async def test_rocketmq_default_max_message_size_with_small_files(tmp_path):
+    """Regression: maxMessageSize (RocketMQ's default 4 MiB) larger than a commit-log file used
+    to refuse the store at start; RocketMQ starts and refuses the oversized message when put."""
+    store = await started(tmp_path, maxMessageSize=4 * 1024 * 1024)  # files of FILE_SIZE
+    try:
+        assert store.config.maxMessageSize > FILE_SIZE
+        store.put_messages("T", 0, entries(2), born_host=BORN)
+        before = (store.max_phy_offset, store.max_offset_in_queue("T", 0))
+        with pytest.raises(MessageTooLarge) as exc:
+            store.put_messages("T", 0, [BatchEntry(0, b"x" * 100_000, b"")], born_host=BORN)
+        text = str(exc.value)
+        assert "body 100000" in text and f"mappedFileSizeCommitLog={FILE_SIZE}" in text
+        assert f"at most {FILE_SIZE - 8} bytes" in text and "(4194304)" in text
+        # a body just under what a file holds is stored, in a file of its own
+        room = FILE_SIZE - 8 - 200
+        res = store.put_messages("T", 0, [BatchEntry(0, b"y" * room, b"")], born_host=BORN)
+        assert res.status is PutStatus.PUT_OK and res.queue_offset == 2
+        assert res.wrote_offset == FILE_SIZE > before[0]
+        with pytest.raises(MessageTooLarge, match="maxMessageSize is 4194304"):
+            store.put_messages(
+                "T", 0, [BatchEntry(0, b"z" * (4 * 1024 * 1024 + 1), b"")], born_host=BORN
+            )
+        assert store.max_offset_in_queue("T", 0) == 3
+    finally:
+        await store.shutdown()
+
+
 async def test_ipv6_born_host_and_store_host(tmp_path):
     store = await started(tmp_path, brokerIP1="::1")
     try:

@@ -350,3 +350,53 @@ async def test_sigkill_mid_writes_loses_nothing_acknowledged(tmp_path):
             assert [m.queue_offset for m in msgs] == list(range(len(msgs)))
     finally:
         await store.shutdown()
+
+
+async def test_restart_without_writes_keeps_the_checkpoint_timestamps(tmp_path, monkeypatch):
+    """Regression: a broker restarted with nothing new to store wrote 0 into the checkpoint's
+    timestamps (the dispatcher's last store time starts at 0), so the next crash recovery
+    rescanned the whole commit log from its first file."""
+    import habroker.store.message_store as message_store_module
+    from habroker.store.checkpoint import StoreCheckpoint
+    from habroker.store.commit_log import CommitLog
+
+    clock = iter(range(1_700_000_000_000, 1_800_000_000_000, 1000))  # a second per put
+    monkeypatch.setattr(message_store_module, "_now_ms", lambda: next(clock))
+    root = tmp_path / "live"
+
+    def timestamps() -> tuple[int, int]:
+        cp = StoreCheckpoint(root / "checkpoint")
+        try:
+            return cp.physic_msg_timestamp, cp.logics_msg_timestamp
+        finally:
+            cp.close()
+
+    store = await started(root)
+    try:
+        fill(store, 300)
+        last_ts = next(clock) - 1000
+    finally:
+        await store.shutdown()
+    written = timestamps()
+    assert written == (last_ts, last_ts)
+    assert len(commit_log_files(root)) >= 4
+
+    again = await started(root)
+    try:
+        await again.flush()  # what the periodic flush services do, with nothing new
+        crashed = crash_copy(root, tmp_path / "crashed")
+    finally:
+        await again.shutdown()
+    assert timestamps() == written
+
+    # a crash now rescans from a file near the end, not from the first one
+    cp = StoreCheckpoint(crashed / "checkpoint")
+    log = CommitLog(crashed / "commitlog", FILE_SIZE)
+    try:
+        assert cp.min_timestamp == last_ts - 3000
+        log.queue.load()
+        _end, scan_start = log.recover(True, cp.min_timestamp, True)
+        assert scan_start >= log.queue.files[-2].file_from_offset > 0
+    finally:
+        log.close()
+        cp.close()

@@ -270,7 +270,7 @@ def test_service_monitor(helm: str) -> None:
         "app.kubernetes.io/managed-by": "brokergroup-operator",
     }
     (endpoint,) = sm["spec"]["endpoints"]
-    assert endpoint["port"] == "client" and endpoint["path"] == "/metrics"
+    assert endpoint["port"] == "http" and endpoint["path"] == "/metrics"
     namespaced = by_kind(
         render(helm, *VALUE_SETS["namespaced-list"], "--set", "serviceMonitor.enabled=true")
     )["ServiceMonitor"][0]
@@ -292,7 +292,12 @@ def test_service_monitor_selects_what_the_operator_labels() -> None:
         labels = svc["metadata"]["labels"]
         assert labels["app.kubernetes.io/name"] == "habroker"
         assert labels["app.kubernetes.io/managed-by"] == "brokergroup-operator"
-        assert "client" in {p["name"] for p in svc["spec"]["ports"]}
+        assert manifests.HTTP_PORT_NAME in {p["name"] for p in svc["spec"]["ports"]}
+        http = next(p for p in svc["spec"]["ports"] if p["name"] == "http")
+        assert http["port"] == group.http_port == 10913
+    # the port the ServiceMonitor scrapes is the one the broker serves /metrics on
+    conf = manifests.broker_properties(group)
+    assert conf["httpListenPort"] == "10913" and conf["listenPort"] == "10911"
     names = {s["metadata"]["name"] for s in services}
     assert names == {"orders", "orders-master", "orders-slave"}  # the relabel regex keeps 2
 

@@ -51,7 +51,7 @@ def normalize_address(address: str) -> str:
 
 def parse_brokers(spec: str | Mapping[int, str]) -> dict[int, str]:
     """Broker addresses by brokerId: ``"host:port"`` (the master alone) or
-    ``"0=host:10911,1=host:10921"`` or a mapping."""
+    ``"0=host:10913,1=host:10923"`` (HTTP API addresses) or a mapping."""
     if isinstance(spec, Mapping):
         return {int(k): normalize_address(v) for k, v in spec.items()}
     out: dict[int, str] = {}

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from habroker.client import fastjson
+from habroker import fastjson
 from habroker.client.consumer import MQPullConsumer
 from habroker.client.errors import MQBrokerError, MQClientError
 from habroker.client.instance import ClientInstance
@@ -64,7 +64,9 @@ class OffsetReset:
 
 
 def _queue(key: Any) -> MessageQueue:
-    return MessageQueue(str(key["topic"]), str(key["brokerName"]), int(key["queueId"]))
+    """A MessageQueue map key: an object key as fastjson writes it (or a quoted one)."""
+    fields = key.as_dict() if isinstance(key, fastjson.ObjectKey) else fastjson.loads(key)
+    return MessageQueue(str(fields["topic"]), str(fields["brokerName"]), int(fields["queueId"]))
 
 
 class MQAdmin:

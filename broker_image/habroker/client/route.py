@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from habroker.client import fastjson
+from habroker import fastjson
 from habroker.client.errors import (
     MQBrokerError,
     MQClientError,

@@ -27,7 +27,8 @@ class ReputMessageService:
         self.dispatch = dispatch
         self.is_slave = is_slave
         self.reput_from_offset = 0
-        self.last_store_timestamp = 0  # store time of the last record dispatched
+        # store time of the last record dispatched; 0 until this run dispatches one
+        self.last_store_timestamp = 0
 
     def behind(self) -> int:
         return max(0, self.commit_log.max_offset - self.reput_from_offset)

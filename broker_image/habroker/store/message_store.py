@@ -338,6 +338,10 @@ class MessageStore:
         )
         record_base = 74 + len(born_block) + len(store_block) + 1 + len(topic_raw)
         max_body = self.config.maxMessageSize
+        # maxMessageSize may exceed what one file holds (RocketMQ starts with that too): a
+        # record must also fit in a file, with room for the BLANK that ends it
+        file_size = self.commit_log.file_size
+        room = file_size - END_FILE_MIN_BLANK_LENGTH
         total = 0
         sizes: list[int] | None = [] if len(entries) > 1 else None
         for i, entry in enumerate(entries):
@@ -353,14 +357,21 @@ class MessageStore:
                     f"message {i} of the batch: properties are {props_len} "
                     f"bytes, at most {MAX_PROPERTIES_LENGTH}"
                 )
-            total += record_base + body_len + props_len
+            record_len = record_base + body_len + props_len
+            if record_len > room:
+                raise MessageTooLarge(
+                    f"message {i} of the batch: its record is {record_len} bytes (body "
+                    f"{body_len}); a commit-log file (mappedFileSizeCommitLog={file_size}) "
+                    f"holds records of at most {room} bytes, whatever maxMessageSize "
+                    f"({max_body}) allows"
+                )
+            total += record_len
             if sizes is not None:
-                sizes.append(record_base + body_len + props_len)
-        file_size = self.commit_log.file_size
-        if total + END_FILE_MIN_BLANK_LENGTH > file_size:
+                sizes.append(record_len)
+        if total > room:
             raise MessageTooLarge(
                 f"the batch encodes to {total} bytes; a commit-log file "
-                f"(mappedFileSizeCommitLog) holds {file_size - 8}"
+                f"(mappedFileSizeCommitLog={file_size}) holds at most {room}"
             )
         key = (topic, queue_id)
         queue_offset = self._queue_offsets.get(key)
@@ -713,20 +724,27 @@ class MessageStore:
         return self.flushed_offset
 
     async def _flush_commit_log(self) -> None:
-        """fdatasync the commit log; the checkpoint learns the store time now durable."""
+        """fdatasync the commit log; the checkpoint learns the store time now durable.
+
+        Until this run dispatches a record there is no store time (0): the checkpoint keeps
+        the one it was loaded with, as RocketMQ does, or the next crash recovery would scan
+        the whole log from its first file.
+        """
         offset, store_ts = self.reput.reput_from_offset, self.reput.last_store_timestamp
         flushed = await self.commit_log.queue.flush()
-        if self.checkpoint is not None and offset <= flushed:
+        if self.checkpoint is not None and offset <= flushed and store_ts > 0:
             self.checkpoint.physic_msg_timestamp = store_ts
 
     async def _flush_consume_queues(self) -> None:
-        """Sync dirty queues, then record in the checkpoint what is now durable."""
+        """Sync dirty queues, then record in the checkpoint what is now durable (a store time
+        only once this run has one, as for the commit log)."""
         logics_ts = self.reput.last_store_timestamp
         for cq in list(self.consume_queues.values()):
             if cq.queue.unflushed_bytes() > 0:
                 await cq.flush()
         if self.checkpoint is not None:
-            self.checkpoint.logics_msg_timestamp = logics_ts
+            if logics_ts > 0:
+                self.checkpoint.logics_msg_timestamp = logics_ts
             await asyncio.to_thread(self.checkpoint.flush)
 
     # -- retention -----------------------------------------------------------------------------

@@ -45,12 +45,13 @@ class BrokerThread:
             "brokerIP1": "127.0.0.1",
             "listenPort": free_port(),
             "haListenPort": free_port(),
+            "httpListenPort": free_port(),
             "storePathRootDir": str(root / "store"),
             **SMALL,
         }
         values.update(config)
         self.config = BrokerConfig.load(environ={}, overrides=values)
-        self.http_port = free_port() if http else 0
+        self.http_port = self.config.httpListenPort if http else 0
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()

@@ -18,7 +18,6 @@ from habroker.client import (
     SyncMQPullConsumer,
     TopicNotExistError,
 )
-from habroker.client.fastjson import ObjectKey, loads
 from habroker.client.route import parse_namesrv_addr
 from habroker.local import free_port
 
@@ -136,25 +135,6 @@ def test_blocking_facades_from_threads(broker):
         assert sum(p.consumer_offset for p in admin.consumer_progress("sync", "blk")) == 60
         with pytest.raises(TopicNotExistError):
             admin.topic_route("nothing")
-
-
-def test_fastjson_bodies():
-    body = (
-        b'{"offsetTable":{{"brokerName":"b","queueId":0,"topic":"T"}:{"maxOffset":3},'
-        b'{"brokerName":"b","queueId":1,"topic":"T"}:{"maxOffset":0}},'
-        b'"brokerAddrs":{0:"h:1",1:"h:2"},"s":"{0:\\"not a key\\"}","l":[1,2.5,null,true]}'
-    )
-    data = loads(body)
-    keys = list(data["offsetTable"])
-    assert keys[0] == ObjectKey({"brokerName": "b", "queueId": 0, "topic": "T"})
-    assert keys[0]["queueId"] == 0 and hash(keys[0]) != hash(keys[1])
-    assert data["brokerAddrs"] == {0: "h:1", 1: "h:2"}
-    assert data["s"] == '{0:"not a key"}' and data["l"] == [1, 2.5, None, True]
-    # standard JSON reads as json.loads does
-    assert loads('{"a": {"b": [1, {}]}}') == {"a": {"b": [1, {}]}}
-    for bad in ("{", "{0}", '{"a":}', '{"a":1,}', '{"a" 1}', "[" * 100_000):
-        with pytest.raises(ValueError):
-            loads(bad)
 
 
 def test_namesrv_addresses():

@@ -44,7 +44,7 @@ def group(tmp_path: Path):
         g = LocalGroup(tmp_path / f"group{len(groups)}", slaves=1, mode=mode, **{**SMALL, **config})
         groups.append(g)
         g.start()
-        Producer(g.master.address).create_topic("ha", queues=2)
+        Producer(g.master.http_address).create_topic("ha", queues=2)
         return g
 
     yield make
@@ -56,7 +56,7 @@ def test_sigstop_slave_gives_flush_slave_timeout(group) -> None:
     g = group("SYNC", syncFlushTimeout=500, haHousekeepingInterval=60_000)
     (slave,) = g.slaves
     _wait(lambda: g.master.status()["master"]["connectionCount"] == 1, what="slave connected")
-    with Producer(g.master.address) as producer:
+    with Producer(g.master.http_address) as producer:
         assert _produce(producer, 5) == ["PUT_OK"] * 5
         slave.pause()
         try:
@@ -70,7 +70,7 @@ def test_sigstop_slave_gives_flush_slave_timeout(group) -> None:
 def test_sigkill_slave_restart_resumes_from_its_own_offset(group) -> None:
     g = group()
     (slave,) = g.slaves
-    with Producer(g.master.address) as producer:
+    with Producer(g.master.http_address) as producer:
         _produce(producer, 300)
         g.wait_replicated()
         resumed_from = slave.status()["maxOffset"]
@@ -91,7 +91,7 @@ def test_sigkill_slave_restart_resumes_from_its_own_offset(group) -> None:
 def test_sigkill_master_restart_slave_reconnects(group) -> None:
     g = group()
     (slave,) = g.slaves
-    with Producer(g.master.address) as producer:
+    with Producer(g.master.http_address) as producer:
         _produce(producer, 200)
     g.wait_replicated()
     g.master.kill()
@@ -99,7 +99,7 @@ def test_sigkill_master_restart_slave_reconnects(group) -> None:
     g.master.start()
     _wait(lambda: slave.status()["slave"]["connected"], what="slave reconnects")
     assert slave.status()["slave"]["reconnects"] >= 1
-    with Producer(g.master.address) as producer:
+    with Producer(g.master.http_address) as producer:
         _produce(producer, 200)
     g.wait_replicated()
     g.stop()
