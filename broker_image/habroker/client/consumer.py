@@ -237,11 +237,15 @@ class MQPullConsumer:
             answer = await self.instance.invoke(
                 address, RequestCode.PULL_MESSAGE, header, timeout=wait
             )
+            refused = answer.code not in _STATUS_BY_CODE
         except BrokerUnreachableError:
             if broker_id == MASTER_ID:
                 raise
-            # a slave stopped answering: this queue reads from its master until told otherwise
-            log.info("slave %s of %s does not answer; pulling from the master", address, mq)
+            refused = True
+        if refused and broker_id != MASTER_ID:
+            # a slave that stopped answering or refuses reads (RocketMQ 5 answers SYSTEM_BUSY
+            # when slaveReadEnable=false): this queue reads from its master until told otherwise
+            log.info("slave %s of %s cannot serve the pull; pulling from the master", address, mq)
             self.pull_from[mq] = MASTER_ID
             address, broker_id = await self._subscribe_address(mq, MASTER_ID)
             answer = await self.instance.invoke(
@@ -255,12 +259,17 @@ class MQPullConsumer:
             raise MQBrokerError(answer.code, answer.remark, address, RequestCode.PULL_MESSAGE)
         ext = answer.ext_fields
         suggestion = int(ext.get("suggestWhichBrokerId", MASTER_ID))
+        next_offset = int(ext.get("nextBeginOffset", offset))
+        if status is PullStatus.NO_MATCHED_MSG and broker_id != suggestion:
+            # "ask that broker instead": a 4.9 slave without slaveReadEnable says so with the
+            # nextBeginOffset of messages it read but did not send; never skip past them
+            next_offset = offset
         self.pull_from[mq] = suggestion
         self.served_by[mq] = broker_id
         return PullResult(
             status,
             mq,
-            int(ext.get("nextBeginOffset", offset)),
+            next_offset,
             int(ext.get("minOffset", 0)),
             int(ext.get("maxOffset", 0)),
             suggestion,
@@ -338,10 +347,16 @@ class MQPullConsumer:
             if mq not in wanted:
                 await self._stop_queue(self._states.pop(mq))
         for mq in wanted:
-            if mq not in self._states:
+            st = self._states.get(mq)
+            if st is None:
                 st = self._states[mq] = _QueueState(mq, expression)
                 st.space.set()
                 self._start_queue(st)
+            elif st.expression != expression:
+                # a new tag expression applies from the position poll() has reached
+                st.expression = expression
+                if st.consumed is not None:
+                    await self.seek(mq, st.consumed)
         self.instance.register_consumer(
             ConsumerRegistration(
                 self.group,

@@ -246,3 +246,24 @@ async def test_heartbeat_registers_the_group_and_close_unregisters(broker):
     assert broker.call(lambda: broker.broker.topics.get("%RETRY%hbgroup") is not None)
     await consumer.close()
     assert broker.call(members) == {}
+
+
+async def test_slave_without_slave_reads_sends_the_pull_to_the_master(group):
+    async with MQAdmin(group.master.address) as admin:
+        await admin.create_topic("ri", 1)
+    group.wait_topic_on_slave("ri")
+    async with MQProducer(group.master.address) as producer:
+        await producer.send_batch("ri", [b"a", b"b"], queue=0)
+    group.wait_replicated()
+    group.slave.call(lambda: group.slave.broker.update_config({"slaveReadEnable": False}))
+    mq = MessageQueue("ri", "broker-a", 0)
+    async with MQPullConsumer(group.master.address, "ri") as consumer:
+        await consumer.fetch_message_queues("ri")
+        consumer.pull_from[mq] = 1
+        res = await consumer.pull(mq, 0)
+        # PULL_RETRY_IMMEDIATELY from the slave, suggesting the master; nothing consumed
+        assert res.status is PullStatus.NO_MATCHED_MSG and res.broker_id == 1
+        assert res.suggest_which_broker_id == 0 and res.next_begin_offset == 0
+        res = await consumer.pull(mq, res.next_begin_offset)
+        assert res.status is PullStatus.FOUND and res.broker_id == 0
+        assert [m.body for m in res.messages] == [b"a", b"b"]
