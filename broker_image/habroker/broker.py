@@ -21,6 +21,7 @@ from habroker.config import BrokerConfig, BrokerRole, FlushDiskType, parse_host_
 from habroker.ha import HAClient, HAService
 from habroker.metadata import (
     ConsumerOffsetManager,
+    DelayOffsetManager,
     MetadataError,
     SubscriptionGroupManager,
     TopicConfig,
@@ -32,6 +33,8 @@ from habroker.read_policy import (
     suggest_which_broker,
     total_physical_memory,
 )
+from habroker.route_info import RouteInfoManager
+from habroker.schedule import BadDelayLevel, ScheduleMessageService
 from habroker.slave_sync import SlaveSynchronize
 from habroker.store import (
     BatchEntry,
@@ -72,12 +75,15 @@ class BrokerController:
         self.topics = TopicConfigManager(meta_dir)
         self.groups = SubscriptionGroupManager(meta_dir)
         self.offsets = ConsumerOffsetManager(meta_dir)
+        self.delays = DelayOffsetManager(meta_dir)
+        self.schedule = ScheduleMessageService(config, self.store, self.delays)
         self.stats = BrokerStats()
         self.ha_service: HAService | None = None
         self.ha_client: HAClient | None = None
         self.slave_sync: SlaveSynchronize | None = None
         self.master_http_address = ""
         self.registered_master_address = ""  # masterAddr from our last REGISTER_BROKER answer
+        self.routes = RouteInfoManager(self)
         self.started_at = time.monotonic()
         self.ready = False
         self._round_robin: dict[str, int] = {}
@@ -111,6 +117,8 @@ class BrokerController:
             return self.address
         if self.registered_master_address:
             return self.registered_master_address
+        if self.config.masterAddress:
+            return self.config.masterAddress
         if not self.config.haMasterAddress:
             return ""
         host, _ = parse_host_port(self.config.haMasterAddress, key="haMasterAddress")
@@ -118,6 +126,7 @@ class BrokerController:
 
     async def start(self) -> None:
         await self.store.start()
+        self.schedule.correct_offsets()  # delayOffset.json fitted to the recovered queues
         if self.is_slave:
             self.ha_client = HAClient(self.config, self.store)
             await self.ha_client.start()
@@ -129,6 +138,7 @@ class BrokerController:
         else:
             self.ha_service = HAService(self.config, self.store)
             await self.ha_service.start()
+            self.schedule.start()  # RocketMQ: delayed delivery runs on the master only
         self._tasks.append(
             asyncio.create_task(self._persist_offsets_loop(), name="persist-offsets")
         )
@@ -158,6 +168,7 @@ class BrokerController:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        await self.schedule.stop()
         if self.slave_sync:
             await self.slave_sync.stop()
         if self.ha_client:
@@ -231,10 +242,14 @@ class BrokerController:
         sys_flag: int = 0,
         reconsume_times: int = 0,
         wait: bool | None = None,
+        delay: bool = False,
     ) -> tuple[PutResult, int]:
         """Append a batch and wait as the role and flush type require; returns (result, queueId).
 
         ``wait`` is the producer's WAIT property (None: read it from the first entry).
+        ``delay``: a single message (not a batch) with a DELAY property is stored for delayed
+        delivery (SCHEDULE_TOPIC_XXXX, see :mod:`habroker.schedule`), as RocketMQ's put does;
+        the queueId returned is still the real one.
         """
         if self.is_slave:
             raise BrokerError(
@@ -258,9 +273,18 @@ class BrokerController:
                 f"queueId {queue_id} is out of range: topic {topic!r} has "
                 f"{cfg.writeQueueNums} write queues (0..{cfg.writeQueueNums - 1})",
             )
+        store_topic, store_queue = topic, queue_id
+        if delay and len(entries) == 1:
+            try:
+                redirected = self.schedule.redirect(topic, queue_id, entries[0], wait)
+            except BadDelayLevel as exc:
+                raise BrokerError("bad_request", str(exc)) from None
+            if redirected is not None:
+                store_topic, store_queue, entry = redirected
+                entries = [entry]
         result = self.store.put_messages(
-            topic,
-            queue_id,
+            store_topic,
+            store_queue,
             entries,
             born_host=born_host,
             born_timestamp=born_timestamp,
@@ -395,6 +419,7 @@ class BrokerController:
                 409,
             )
         self.master_http_address = http_address or self._default_master_http(ha_address)
+        self.registered_master_address = ""  # until the new master answers a registration
         self.config = dataclasses.replace(
             self.config, haMasterAddress=ha_address, masterHttpAddress=self.master_http_address
         )
@@ -413,6 +438,13 @@ class BrokerController:
             return ""
         host, _ = parse_host_port(ha_address, key="haMasterAddress")
         return f"{host}:{self.config.httpListenPort}"
+
+    def adopt_delay_offsets(self, data: dict[str, Any]) -> None:
+        """Slave sync: keep the master's delay-level progress (written only when it moved)."""
+        if {
+            int(k): int(v) for k, v in (data.get("offsetTable") or {}).items()
+        } != self.delays.table:
+            self.delays.replace_all(data)
 
     def note_slave_identity(
         self, ha_address: str, broker_id: int, listen_address: str, http_address: str = ""

@@ -67,13 +67,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 async def _serve(config: BrokerConfig) -> int:
-    from habroker.broker import BrokerController
-    from habroker.server import serve
+    from habroker.startup import BrokerStartup
 
     log = logging.getLogger("habroker")
-    broker = BrokerController(config)
+    startup = BrokerStartup(config)
     try:
-        runner = await serve(broker)
+        await startup.start()
     except OSError as exc:
         log.error("cannot start: %s", exc)
         return 1
@@ -83,8 +82,7 @@ async def _serve(config: BrokerConfig) -> int:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("shutting down")
-    await runner.cleanup()
-    await broker.stop()
+    await startup.stop()
     return 0
 
 

@@ -16,6 +16,7 @@ import dataclasses
 import difflib
 import logging
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from enum import Enum, StrEnum
@@ -49,6 +50,12 @@ class FlushDiskType(StrEnum):
     SYNC_FLUSH = "SYNC_FLUSH"
 
 
+# RocketMQ's MessageStoreConfig.messageDelayLevel default: level n is the n-th duration
+DEFAULT_MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+_DELAY_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_DELAY_TOKEN = re.compile(r"^([0-9]{1,12})([smhd])$")
+
+
 def _default_store_root() -> str:
     return str(Path.home() / "store")
 
@@ -75,8 +82,9 @@ class BrokerConfig:
     haListenPort: int = 10912
     httpListenPort: int = 10913  # habroker: HTTP API (admin, operator, /metrics, health)
     haMasterAddress: str = ""
+    masterAddress: str = ""  # habroker: slave: master's client (remoting) address
     masterHttpAddress: str = (
-        ""  # habroker: master's HTTP API (metadata copy); default HA host + httpListenPort
+        ""  # habroker: master's HTTP API (status, operator); default HA host + httpListenPort
     )
     # store
     storePathRootDir: str = field(default_factory=_default_store_root)
@@ -97,6 +105,10 @@ class BrokerConfig:
     # topics
     autoCreateTopicEnable: bool = False
     defaultTopicQueueNums: int = 4
+    autoCreateSubscriptionGroup: bool = True
+    # delayed delivery (ScheduleMessageService) and consumer retries
+    messageDelayLevel: str = DEFAULT_MESSAGE_DELAY_LEVEL
+    flushDelayOffsetInterval: int = 10000
     # replication
     haSendHeartbeatInterval: int = 5000
     haHousekeepingInterval: int = 20000
@@ -157,6 +169,11 @@ class BrokerConfig:
     def is_master(self) -> bool:
         return self.brokerRole.is_master
 
+    @property
+    def delay_levels_ms(self) -> tuple[int, ...]:
+        """messageDelayLevel in milliseconds; index 0 is delay level 1."""
+        return parse_delay_levels(self.messageDelayLevel)
+
     # -- validation ----------------------------------------------------------------------
     def validate(self) -> None:
         """Cross-key rules; each message names the key so the operator can surface it."""
@@ -210,16 +227,20 @@ class BrokerConfig:
             "cleanResourceInterval",
             "metaSyncInterval",
             "defaultTopicQueueNums",
+            "flushDelayOffsetInterval",
         ):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"{key}={getattr(self, key)}: must be positive")
         if self.fileReservedTime < 0:
             raise ConfigError(f"fileReservedTime={self.fileReservedTime}: must be >= 0 (hours)")
         parse_delete_when(self.deleteWhen)
+        parse_delay_levels(self.messageDelayLevel)
         if self.haMasterAddress:
             parse_host_port(self.haMasterAddress, key="haMasterAddress")
         if self.masterHttpAddress:
             parse_host_port(self.masterHttpAddress, key="masterHttpAddress")
+        if self.masterAddress:
+            parse_host_port(self.masterAddress, key="masterAddress")
 
     def startup_warnings(self) -> list[str]:
         """What a user should hear at startup: keys without effect, a message-size mismatch."""
@@ -415,6 +436,21 @@ def parse_delete_when(text: str) -> set[int]:
             raise ConfigError(f"deleteWhen={text!r}: hours 00..23 separated by ';'")
         hours.add(int(part))
     return hours
+
+
+def parse_delay_levels(text: str) -> tuple[int, ...]:
+    """RocketMQ's messageDelayLevel: durations ``<n><s|m|h|d>`` separated by spaces."""
+    levels: list[int] = []
+    for token in text.split():
+        match = _DELAY_TOKEN.match(token)
+        if match is None:
+            raise ConfigError(
+                f"messageDelayLevel={text!r}: {token!r} is not a duration like 5s, 2m, 1h or 1d"
+            )
+        levels.append(int(match.group(1)) * _DELAY_UNIT_MS[match.group(2)])
+    if not levels:
+        raise ConfigError(f"messageDelayLevel={text!r}: at least one delay level is needed")
+    return tuple(levels)
 
 
 def _closest(key: str, known: set[str]) -> str | None:

@@ -201,6 +201,7 @@ class LocalGroup:
                 brokerId=i,
                 brokerRole="SLAVE",
                 haMasterAddress=self.master.ha_address,
+                masterAddress=self.master.address,
                 masterHttpAddress=self.master.http_address,
                 **config,
             )

@@ -15,7 +15,7 @@ import ipaddress
 import socket
 import struct
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from habroker.compression import CompressionType, compression_of, decompress
@@ -46,6 +46,11 @@ MAX_TOPIC_LENGTH_V1 = 127
 PROPERTY_KEYS = "KEYS"
 PROPERTY_TAGS = "TAGS"
 PROPERTY_DELAY_TIME_LEVEL = "DELAY"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
 PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX = "UNIQ_KEY"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 # RocketMQ's default messageDelayLevel, in ms (spec §2.3)
@@ -176,16 +181,19 @@ def _tags_code_utf8(raw: bytes) -> int:
     return h - 0x100000000 if h & 0x80000000 else h
 
 
-def _delay_tags_code(props: bytes, store_timestamp: int) -> int:
+def _delay_tags_code(
+    props: bytes, store_timestamp: int, tags: int, levels: Sequence[int] = DELAY_LEVELS_MS
+) -> int:
+    """A SCHEDULE_TOPIC_XXXX unit's tagsCode: when its message is due (store time + the
+    level's delay, the level capped at the highest); ``tags`` unless DELAY is a positive level."""
     raw = find_property(props, b"DELAY")
     try:
         level = int(raw) if raw is not None else 0
     except ValueError:
-        level = 0
+        return tags
     if level <= 0:
-        return store_timestamp
-    level = min(level, len(DELAY_LEVELS_MS))
-    return store_timestamp + DELAY_LEVELS_MS[level - 1]
+        return tags
+    return store_timestamp + levels[min(level, len(levels)) - 1]
 
 
 # -- hosts and message ids (spec §1.1, §1.7) ----------------------------------------------------
@@ -496,11 +504,15 @@ DispatchTuple = tuple[str, int, int, int, int, int, int, int]
 
 
 def parse_record(
-    buf: bytes | bytearray | memoryview, pos: int, check_crc: bool
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    check_crc: bool,
+    delay_levels: Sequence[int] = DELAY_LEVELS_MS,
 ) -> DispatchTuple | int:
     """check_record without the object: the DispatchRequest fields as a tuple for a valid
     record, else the size outcome (0 BLANK, -1 failure, TOTALSIZE on a length mismatch).
-    The dispatcher's hot loop uses this form."""
+    The dispatcher's hot loop uses this form; ``delay_levels`` (messageDelayLevel in ms) turn
+    a SCHEDULE_TOPIC_XXXX record's tagsCode into its delivery time, as RocketMQ does."""
     n = len(buf)
     left = n - pos
     if left >= 88:
@@ -593,5 +605,5 @@ def parse_record(
             if tags:
                 code = _tags_code_utf8(tags)
         if topic == SCHEDULE_TOPIC and b"DELAY\x01" in props:
-            code = _delay_tags_code(props, store_ts)
+            code = _delay_tags_code(props, store_ts, code, delay_levels)
     return topic, queue_id, phys, total, code, store_ts, queue_offset, sys_flag

@@ -392,8 +392,9 @@ class ConsumerOffsetManager:
 class DelayOffsetManager:
     """``delayOffset.json``: delay level → consume-queue offset of ``SCHEDULE_TOPIC_XXXX``.
 
-    habroker runs no schedule service; it keeps the table a Java broker wrote (4.9: no
-    dataVersion; 5.x: with one) and writes it back as read, so neither side loses its place.
+    The progress of delayed delivery (:mod:`habroker.schedule`); a table a Java broker wrote
+    (4.9: no dataVersion; 5.x: with one) is read and written back in its own layout, so neither
+    side loses its place.
     """
 
     FILE = "delayOffset.json"

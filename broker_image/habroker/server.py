@@ -19,12 +19,6 @@ from habroker.config import ConfigError
 from habroker.message import decode_records
 from habroker.metadata import MetadataError
 from habroker.metrics import Exposition
-from habroker.slave_sync import (
-    SLAVE_HA_HEADER,
-    SLAVE_HTTP_HEADER,
-    SLAVE_ID_HEADER,
-    SLAVE_LISTEN_HEADER,
-)
 from habroker.store import StoreError
 from habroker.wire import BATCH_CONTENT_TYPE, RECORDS_CONTENT_TYPE, BadBatch, decode_batch
 
@@ -258,22 +252,7 @@ async def create_topic(request: web.Request) -> web.Response:
     )
 
 
-def _note_slave(request: web.Request) -> None:
-    """Metadata copies carry the slave's identity; record it for the master's status."""
-    ha = request.headers.get(SLAVE_HA_HEADER)
-    raw_id = request.headers.get(SLAVE_ID_HEADER, "")
-    broker = request.app[BROKER_KEY]
-    if ha and raw_id.isdigit() and not broker.is_slave:
-        broker.note_slave_identity(
-            ha,
-            int(raw_id),
-            request.headers.get(SLAVE_LISTEN_HEADER, ""),
-            request.headers.get(SLAVE_HTTP_HEADER, ""),
-        )
-
-
 async def list_topics(request: web.Request) -> web.Response:
-    _note_slave(request)
     return web.json_response(request.app[BROKER_KEY].topics.to_json())
 
 
@@ -540,11 +519,8 @@ def create_app(broker: BrokerController) -> web.Application:
     return app
 
 
-async def serve(broker: BrokerController) -> web.AppRunner:
-    """Start the broker and its HTTP listener on ``httpListenPort`` (``listenPort`` is
-    RocketMQ's client port, for the remoting protocol); the caller awaits a stop signal, then
-    cleans up."""
-    await broker.start()
+async def serve_http(broker: BrokerController) -> web.AppRunner:
+    """The HTTP listener on ``httpListenPort`` for a started broker; the caller cleans it up."""
     runner = web.AppRunner(create_app(broker), access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(
@@ -554,6 +530,5 @@ async def serve(broker: BrokerController) -> web.AppRunner:
         await site.start()
     except OSError:
         await runner.cleanup()
-        await broker.stop()
         raise
     return runner

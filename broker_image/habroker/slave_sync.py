@@ -1,8 +1,14 @@
-"""SlaveSynchronize: a slave copies topics, subscription groups and consumer offsets from its master.
+"""SlaveSynchronize: a slave registers with its master and copies its metadata, RocketMQ's way.
 
-Replication copies only the commit log; without this copy a slave would not know the topics
-it must serve, nor where consumers it takes over had got to. Failures are logged and retried on
-the next round; they never affect data replication (as in RocketMQ).
+Replication copies only the commit log; without this copy a slave would not know the topics it
+must serve, nor where consumers it takes over had got to.  Every round, over the master's
+client port (remoting): REGISTER_BROKER (who this slave is — the master answers with its own
+client and HA addresses, exactly as a name server answers a Java slave), then
+GET_ALL_TOPIC_CONFIG, GET_ALL_CONSUMER_OFFSET, GET_ALL_DELAY_OFFSET and
+GET_ALL_SUBSCRIPTIONGROUP_CONFIG (what a Java slave's SlaveSynchronize calls), then
+GET_BROKER_CLUSTER_INFO for the group's member table.  A Java master answers everything but the
+registration and the member table, which is fine: metadata still flows.  Failures are logged and
+retried next round; they never affect data replication.
 """
 
 from __future__ import annotations
@@ -11,19 +17,18 @@ import asyncio
 import contextlib
 import logging
 import time
+import zlib
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
+from habroker import fastjson
+from habroker.remoting.channel import RemotingError
+from habroker.remoting.client import BrokerResponseError, RemotingClient
+from habroker.remoting.codes import RequestCode, ResponseCode
 
 if TYPE_CHECKING:
     from habroker.broker import BrokerController
 
 log = logging.getLogger(__name__)
-
-SLAVE_ID_HEADER = "X-Habroker-Slave-Id"
-SLAVE_LISTEN_HEADER = "X-Habroker-Slave-Listen-Address"
-SLAVE_HTTP_HEADER = "X-Habroker-Slave-Http-Address"
-SLAVE_HA_HEADER = "X-Habroker-Slave-Ha-Address"
 
 
 class SlaveSynchronize:
@@ -35,6 +40,7 @@ class SlaveSynchronize:
         self.syncs = 0
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        self.client = RemotingClient(timeout=max(2.0, min(10.0, interval)))
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="slave-synchronize")
@@ -45,71 +51,58 @@ class SlaveSynchronize:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        await self.client.close()
 
     def trigger(self) -> None:
         """Sync now (after a master change) instead of waiting for the next round."""
         self._wake.set()
 
     async def _run(self) -> None:
-        timeout = aiohttp.ClientTimeout(total=max(2.0, min(10.0, self.interval)))
-        async with aiohttp.ClientSession(timeout=timeout) as session:
-            while True:
-                announced = self._ha_local_address()
-                await self.sync_all(session)
-                self._wake.clear()
-                deadline = time.monotonic() + self.interval
-                # wake early when the HA connection (re)connects, so the master learns which
-                # connection is ours (brokerId, listen address) within a second, not a round
-                while (left := deadline - time.monotonic()) > 0:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), min(left, 1.0))
-                    if self._wake.is_set() or self._ha_local_address() != announced:
-                        break
+        while True:
+            announced = self._ha_local_address()
+            await self.sync_all()
+            self._wake.clear()
+            deadline = time.monotonic() + self.interval
+            # wake early when the HA connection (re)connects, so the master learns which
+            # connection is ours (brokerId, addresses) within a second, not a round
+            while (left := deadline - time.monotonic()) > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), min(left, 1.0))
+                if self._wake.is_set() or self._ha_local_address() != announced:
+                    break
 
     def _ha_local_address(self) -> str | None:
         client = self.broker.ha_client
         return client.local_address if client is not None else None
 
-    def identity_headers(self) -> dict[str, str]:
-        """Who this slave is, for the master's status: the classic HA protocol carries only
-        offsets, so the slave names its HA connection's local address over HTTP."""
-        cfg = self.broker.config
-        headers = {
-            SLAVE_ID_HEADER: str(cfg.brokerId),
-            SLAVE_LISTEN_HEADER: f"{cfg.brokerIP1}:{cfg.listenPort}",
-            SLAVE_HTTP_HEADER: f"{cfg.brokerIP1}:{cfg.httpListenPort}",
-        }
-        local = self._ha_local_address()
-        if local:
-            headers[SLAVE_HA_HEADER] = local
-        return headers
-
-    async def sync_all(self, session: aiohttp.ClientSession) -> bool:
-        master = self.broker.master_http_address
-        own = f"{self.broker.config.brokerIP1}:{self.broker.config.httpListenPort}"
+    async def sync_all(self) -> bool:
+        broker = self.broker
+        master = broker.master_address
         if not master:
             return False
-        if master == own:
+        if master == broker.address:
             if self.last_error is None:
-                self.last_error = (
-                    f"master HTTP address {master} is this broker itself; set masterHttpAddress"
-                )
+                self.last_error = f"master address {master} is this broker itself"
                 log.warning("metadata sync skipped: %s", self.last_error)
             return False
-        base = f"http://{master}"
         try:
-            topics = await self._get(session, f"{base}/v1/topics")
-            groups = await self._get(session, f"{base}/v1/subscription-groups")
-            offsets = await self._get(session, f"{base}/v1/consumer-offsets")
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            await self._register(master)
+            master = broker.master_address
+            topics = await self._get_json(master, RequestCode.GET_ALL_TOPIC_CONFIG)
+            offsets = await self._get_json(master, RequestCode.GET_ALL_CONSUMER_OFFSET)
+            delay = await self._get_json(master, RequestCode.GET_ALL_DELAY_OFFSET)
+            groups = await self._get_json(master, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+            await self._members(master)
+        except (RemotingError, BrokerResponseError, ValueError) as exc:
             message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             if message != self.last_error:
                 log.warning("metadata sync from master %s failed: %s", master, message)
             self.last_error = message
             return False
-        changed_topics = self.broker.topics.replace_all(topics)
-        changed_groups = self.broker.groups.replace_all(groups)
-        self.broker.offsets.merge(offsets)
+        changed_topics = broker.topics.replace_all(topics)
+        changed_groups = broker.groups.replace_all(groups)
+        broker.offsets.merge(offsets)
+        broker.adopt_delay_offsets(delay)
         if changed_topics or changed_groups:
             log.info(
                 "metadata synced from master %s: topics %s, subscription groups %s",
@@ -124,15 +117,57 @@ class SlaveSynchronize:
         self.syncs += 1
         return True
 
-    async def _get(self, session: aiohttp.ClientSession, url: str) -> Any:
-        async with session.get(url, headers=self.identity_headers()) as resp:
-            if resp.status != 200:
-                raise ValueError(f"GET {url} answered {resp.status}")
-            return await resp.json()
+    async def _register(self, master: str) -> None:
+        """REGISTER_BROKER with the master, which serves the group's routes."""
+        broker = self.broker
+        cfg = broker.config
+        payload = fastjson.dumps(
+            {"filterServerList": [], "topicConfigSerializeWrapper": broker.topics.to_json()}
+        ).encode()
+        header: dict[str, Any] = {
+            "brokerName": cfg.brokerName,
+            "brokerAddr": broker.address,
+            "clusterName": cfg.brokerClusterName,
+            "haServerAddr": f"{cfg.brokerIP1}:{cfg.haListenPort}",
+            "brokerId": cfg.brokerId,
+            "compressed": False,
+            "bodyCrc32": zlib.crc32(payload) & 0x7FFFFFFF,
+            "httpAddress": f"{cfg.brokerIP1}:{cfg.httpListenPort}",
+        }
+        local = self._ha_local_address()
+        if local:
+            header["haClientAddress"] = local
+        answer = await self.client.invoke(master, RequestCode.REGISTER_BROKER, header, payload)
+        if answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+            return  # a Java master: it is no name server; routes then come from a real one
+        if answer.code != ResponseCode.SUCCESS:
+            raise BrokerResponseError(
+                answer.code, answer.remark, master, RequestCode.REGISTER_BROKER
+            )
+        told = answer.ext_fields.get("masterAddr", "")
+        if told and told != broker.registered_master_address:
+            log.info("master %s says its client address is %s", master, told)
+            broker.registered_master_address = told
+
+    async def _get_json(self, master: str, code: int) -> Any:
+        answer = await self.client.call(master, code)
+        data = fastjson.loads(answer.body_bytes or b"{}")
+        if not isinstance(data, dict):
+            raise ValueError(f"{code}: the master's answer is not a JSON object")
+        return data
+
+    async def _members(self, master: str) -> None:
+        answer = await self.client.invoke(master, RequestCode.GET_BROKER_CLUSTER_INFO)
+        if answer.code != ResponseCode.SUCCESS:
+            return
+        info = fastjson.loads(answer.body_bytes or b"{}")
+        entry = (info.get("brokerAddrTable") or {}).get(self.broker.config.brokerName) or {}
+        addrs = entry.get("brokerAddrs") or {}
+        self.broker.routes.from_master = {int(k): str(v) for k, v in addrs.items()}
 
     def status(self) -> dict[str, Any]:
         return {
-            "masterHttpAddress": self.broker.master_http_address or None,
+            "masterAddress": self.broker.master_address or None,
             "lastSyncAgeMs": None
             if self.last_sync is None
             else int((time.monotonic() - self.last_sync) * 1000),

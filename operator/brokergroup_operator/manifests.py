@@ -27,6 +27,8 @@ STORE_DIR = "/data/store"
 CLIENT_PORT_NAME = "client"  # listenPort: RocketMQ's client port (remoting protocol)
 HA_PORT_NAME = "ha"  # haListenPort: replication
 HTTP_PORT_NAME = "http"  # httpListenPort: HTTP API (operator, probes, /metrics, admin)
+NAMESRV_PORT_NAME = "namesrv"
+NAMESRV_PORT = 9876  # RocketMQ's name-server port, on the <group>-namesrv Service
 
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_INSTANCE = "app.kubernetes.io/instance"
@@ -60,6 +62,11 @@ def config_name(group: str) -> str:
 def client_service_name(group: str) -> str:
     """Where producers connect: the master's client and HTTP ports behind a ClusterIP."""
     return group
+
+
+def namesrv_service_name(group: str) -> str:
+    """What applications set as ``namesrvAddr``: every broker of the group answers routes."""
+    return f"{group}-namesrv"
 
 
 def pdb_name(group: str) -> str:
@@ -248,6 +255,24 @@ def client_service(spec: GroupSpec, owner: Mapping[str, Any]) -> Manifest:
                     "targetPort": CLIENT_PORT_NAME,
                 },
                 {"name": HTTP_PORT_NAME, "port": spec.http_port, "targetPort": HTTP_PORT_NAME},
+            ],
+        },
+    }
+
+
+def namesrv_service(spec: GroupSpec, owner: Mapping[str, Any]) -> Manifest:
+    """``<group>-namesrv:9876`` over every broker of the group: any of them answers the name
+    server's GET_ROUTEINFO_BY_TOPIC for the group (master as brokerId 0, registered slaves), so
+    an application's ``namesrvAddr`` is this Service and nothing else."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(namesrv_service_name(spec.name), spec, owner),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector_labels(spec.name),
+            "ports": [
+                {"name": NAMESRV_PORT_NAME, "port": NAMESRV_PORT, "targetPort": CLIENT_PORT_NAME}
             ],
         },
     }
@@ -452,6 +477,7 @@ def children(
         headless_service(spec, owner, MASTER),
         headless_service(spec, owner, SLAVE),
         client_service(spec, owner),
+        namesrv_service(spec, owner),
     ]
     if network_policies:
         items.append(network_policy(spec, owner))

@@ -31,6 +31,7 @@ def test_children_names_and_ownership():
         ("Service", "bg-master"),
         ("Service", "bg-slave"),
         ("Service", "bg"),
+        ("Service", "bg-namesrv"),
         ("StatefulSet", "bg-master"),
         ("StatefulSet", "bg-slave"),
         ("PodDisruptionBudget", "bg"),
@@ -301,12 +302,12 @@ def test_rocketmq_keys_habroker_lacks_are_accepted_and_warned(tmp_path):
 
 
 def test_broker_conf_values_are_escaped(tmp_path):
-    tricky = "1s 5s\\10s # not a comment"
-    group = spec(brokerConfig={"messageDelayLevel": tricky, "deleteWhen": " 04"})
+    tricky = "/data/index\\a b # not a comment"
+    group = spec(brokerConfig={"storePathIndex": tricky, "deleteWhen": " 04"})
     path = tmp_path / "broker.conf"
     path.write_text(m.config_map(group, OWNER)["data"]["broker.conf"])
     props = read_properties(path)
-    assert props["messageDelayLevel"] == tricky
+    assert props["storePathIndex"] == tricky
     assert props["deleteWhen"] == " 04"
 
 
@@ -388,3 +389,14 @@ def test_network_policy_setting_refuses_garbage():
 
     with pytest.raises(ValueError, match="BROKERGROUP_NETWORK_POLICY"):
         Settings.from_env({"BROKERGROUP_NETWORK_POLICY": "maybe"})
+
+
+def test_namesrv_service_spans_every_broker_of_the_group():
+    svc = by_kind(m.children(spec(), OWNER))[("Service", "bg-namesrv")]
+    assert svc["spec"]["selector"] == m.selector_labels("bg")
+    (port,) = svc["spec"]["ports"]
+    assert port == {"name": "namesrv", "port": 9876, "targetPort": "client"}
+    master_labels = m.statefulset(spec(), OWNER, m.MASTER)["spec"]["template"]["metadata"]["labels"]
+    slave_labels = m.statefulset(spec(), OWNER, m.SLAVE)["spec"]["template"]["metadata"]["labels"]
+    for labels in (master_labels, slave_labels):
+        assert svc["spec"]["selector"].items() <= labels.items()

@@ -58,8 +58,6 @@ messageDelayLevel=1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h
 
 INERT = [
     "abortFile",
-    "autoCreateSubscriptionGroup",
-    "messageDelayLevel",
     "namesrvAddr",
     "pullMessageThreadPoolNums",
     "sendMessageThreadPoolNums",
@@ -82,6 +80,8 @@ def test_a_typical_rocketmq_broker_properties_loads(tmp_path, caplog):
     assert (cfg.fileReservedTime, cfg.deleteWhen, cfg.diskMaxUsedSpaceRatio) == (48, "04", 88)
     assert cfg.autoCreateTopicEnable is True and cfg.maxMessageSize == 65536
     assert cfg.commit_log_dir == tmp_path / "store" / "commitlog"
+    assert cfg.autoCreateSubscriptionGroup is True
+    assert len(cfg.delay_levels_ms) == 18 and cfg.delay_levels_ms[-1] == 7_200_000
     # namesrvAddr is stored for the name-server registration
     assert cfg.namesrvAddr == "rocketmq-nameserver1:9876;rocketmq-nameserver2:9876"
     # the rest is kept as written, and named in exactly one warning line
@@ -119,7 +119,8 @@ def test_the_whole_properties_format(tmp_path):
     assert (cfg.brokerName, cfg.brokerClusterName) == ("broker-b", "c1")
     assert cfg.deleteWhen == "01;02;03"
     assert cfg.storePathRootDir == "/tmp/café x"
-    assert cfg.unimplemented == {"messageDelayLevel": "1s\t5s", "brokerIP2": "a=b:c"}
+    assert cfg.unimplemented == {"brokerIP2": "a=b:c"}
+    assert cfg.messageDelayLevel == "1s\t5s" and cfg.delay_levels_ms == (1000, 5000)
     assert cfg.fileReservedTime == 2
 
 

@@ -12,9 +12,10 @@ from habroker.broker import BrokerController
 from habroker.processor.admin_broker import AdminBrokerProcessor
 from habroker.processor.client_manage import ClientManageProcessor
 from habroker.processor.client_manager import ConsumerManager, ProducerManager
-from habroker.processor.namesrv import NameServerProcessor, RouteInfoManager
+from habroker.processor.namesrv import NameServerProcessor
 from habroker.processor.pull_message import PullMessageProcessor
 from habroker.processor.send_message import SendMessageProcessor
+from habroker.processor.send_msg_back import ConsumerSendMsgBackProcessor
 from habroker.remoting.server import RemotingServer
 
 log = logging.getLogger(__name__)
@@ -26,15 +27,16 @@ class BrokerRemoting:
         self.server = RemotingServer(name=f"broker {broker.config.brokerName}")
         self.consumers = ConsumerManager()
         self.producers = ProducerManager()
-        self.routes = RouteInfoManager(broker)
         self.client_manage = ClientManageProcessor(broker, self.consumers, self.producers)
         self.pull = PullMessageProcessor(broker, self.consumers)
+        self.send_back = ConsumerSendMsgBackProcessor(broker)
         for processor in (
             SendMessageProcessor(broker),
+            self.send_back,
             self.pull,
             self.client_manage,
             AdminBrokerProcessor(broker, self.consumers, self.producers),
-            NameServerProcessor(broker, self.routes),
+            NameServerProcessor(broker, broker.routes),
         ):
             processor.register(self.server)
 

@@ -23,6 +23,7 @@ from habroker.processor.errors import REFUSALS, refusal
 from habroker.processor.headers import Header
 from habroker.remoting import RemotingCommand, RequestCode, ResponseCode
 from habroker.remoting.channel import Channel
+from habroker.remoting.command import CURRENT_VERSION
 from habroker.remoting.server import RemotingServer, RequestRefused
 
 log = logging.getLogger(__name__)
@@ -120,8 +121,7 @@ class AdminBrokerProcessor:
         return request.response(body=body.dump_bytes({"offsetTable": table}))
 
     def all_delay_offset(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
-        # no ScheduleMessageService yet: no delay level has progress to report
-        return request.response(body=body.dump_bytes({"offsetTable": {}}))
+        return request.response(body=body.dump_bytes(self.broker.delays.to_json()))
 
     def all_subscription_groups(
         self, request: RemotingCommand, channel: Channel
@@ -156,7 +156,7 @@ class AdminBrokerProcessor:
             earliest = first.store_timestamp if first is not None else 0
         table: dict[str, Any] = {
             "brokerVersionDesc": BROKER_VERSION_DESC,
-            "brokerVersion": "435",
+            "brokerVersion": str(CURRENT_VERSION),
             "msgPutTotalYesterdayMorning": "0",
             "msgPutTotalTodayMorning": "0",
             "msgPutTotalTodayNow": str(stats.put_messages),

@@ -18,7 +18,7 @@ from habroker.processor.client_manager import (
 )
 from habroker.processor.errors import REFUSALS, refusal
 from habroker.processor.headers import Header
-from habroker.processor.send_message import RETRY_GROUP_TOPIC_PREFIX
+from habroker.processor.send_msg_back import RETRY_GROUP_TOPIC_PREFIX
 from habroker.remoting import RemotingCommand, RequestCode, ResponseCode
 from habroker.remoting.channel import Channel
 from habroker.remoting.server import RemotingServer, RequestRefused

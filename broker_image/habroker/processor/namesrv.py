@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
-from typing import Any
 
 from habroker.broker import BrokerController
 from habroker.processor import body
@@ -20,76 +18,9 @@ from habroker.processor.headers import Header
 from habroker.remoting import RemotingCommand, RequestCode, ResponseCode
 from habroker.remoting.channel import Channel
 from habroker.remoting.server import RemotingServer
+from habroker.route_info import BrokerLiveInfo, RouteInfoManager
 
 log = logging.getLogger(__name__)
-
-BROKER_CHANNEL_EXPIRED_SECONDS = 120.0  # RouteInfoManager's BROKER_CHANNEL_EXPIRED_TIME
-
-
-@dataclass(slots=True)
-class BrokerLiveInfo:
-    broker_id: int
-    address: str
-    ha_server_address: str
-    last_update: float
-
-
-class RouteInfoManager:
-    """brokerId → address for this group; the master is always itself or its known master."""
-
-    def __init__(self, broker: BrokerController) -> None:
-        self.broker = broker
-        self.registered: dict[int, BrokerLiveInfo] = {}
-        # a slave's copy of its master's member table (GET_BROKER_CLUSTER_INFO)
-        self.from_master: dict[int, str] = {}
-
-    def register(self, info: BrokerLiveInfo) -> bool:
-        old = self.registered.get(info.broker_id)
-        self.registered[info.broker_id] = info
-        if old is None or old.address != info.address:
-            log.info(
-                "broker %d of group %s registered at %s",
-                info.broker_id,
-                self.broker.config.brokerName,
-                info.address,
-            )
-            return True
-        return False
-
-    def unregister(self, broker_id: int, address: str) -> None:
-        info = self.registered.get(broker_id)
-        if info is not None and info.address == address:
-            del self.registered[broker_id]
-            log.info("broker %d (%s) unregistered", broker_id, address)
-
-    def broker_addrs(self) -> dict[int, str]:
-        now = time.monotonic()
-        for broker_id, info in list(self.registered.items()):
-            if now - info.last_update > BROKER_CHANNEL_EXPIRED_SECONDS:
-                log.warning(
-                    "broker %d (%s) stopped registering; dropped from routes",
-                    broker_id,
-                    info.address,
-                )
-                del self.registered[broker_id]
-        broker = self.broker
-        addrs: dict[int, str] = {}
-        if broker.is_slave:
-            addrs.update(self.from_master)
-            master = broker.master_address
-            if master:
-                addrs[0] = master
-        addrs.update({i: info.address for i, info in self.registered.items()})
-        addrs[broker.config.brokerId] = broker.address
-        return dict(sorted(addrs.items()))
-
-    def broker_data(self) -> dict[str, Any]:
-        cfg = self.broker.config
-        return {
-            "brokerAddrs": self.broker_addrs(),
-            "brokerName": cfg.brokerName,
-            "cluster": cfg.brokerClusterName,
-        }
 
 
 class NameServerProcessor:
@@ -161,8 +92,10 @@ class NameServerProcessor:
         if broker_id != cfg.brokerId:
             self.routes.register(BrokerLiveInfo(broker_id, address, ha_address, time.monotonic()))
         ha_client = h.opt_text("haClientAddress")
-        if ha_client and broker_id > 0:
-            self.broker.note_slave_identity(ha_client, broker_id, address)
+        if ha_client and broker_id > 0 and not self.broker.is_slave:
+            self.broker.note_slave_identity(
+                ha_client, broker_id, address, h.opt_text("httpAddress") or ""
+            )
         master_ha = ""
         if not self.broker.is_slave:
             master_ha = f"{cfg.brokerIP1}:{cfg.haListenPort}"

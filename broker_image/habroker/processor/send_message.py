@@ -20,9 +20,9 @@ from habroker.message import (
     encode_properties,
     offset_msg_id,
 )
-from habroker.metadata import PERM_READ, PERM_WRITE
 from habroker.processor.errors import REFUSALS, refusal
 from habroker.processor.headers import Header
+from habroker.processor.send_msg_back import RETRY_GROUP_TOPIC_PREFIX, RetryPolicy
 from habroker.remoting import RemotingCommand, RequestCode, ResponseCode
 from habroker.remoting.channel import Channel
 from habroker.remoting.server import RemotingServer, RequestRefused
@@ -31,8 +31,6 @@ from habroker.wire import BadBatch, decode_batch
 
 log = logging.getLogger(__name__)
 
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
-DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 PROPERTY_CLUSTER = "CLUSTER"
 PROPERTY_WAIT = "WAIT"
 PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
@@ -100,6 +98,7 @@ class SendHeader:
 class SendMessageProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
+        self.retry = RetryPolicy(broker)
 
     def register(self, server: RemotingServer) -> None:
         for code in (
@@ -135,9 +134,15 @@ class SendMessageProcessor:
             )
         queue_id: int | None = header.queue_id
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            topic, queue_id = self._retry_or_dlq(header)
-        else:
-            self._check_delay(props)
+            topic, queue_id = self.retry.retry_or_dlq(
+                topic,
+                header.queue_id,
+                header.reconsume_times,
+                header.max_reconsume_times,
+                request.version,
+            )
+        if header.batch:
+            self._check_batch_delay(props)
         wait = props.pop(PROPERTY_WAIT, "true").lower() != "false"
         if header.batch:
             entries = decode_batch(request.body_bytes)
@@ -153,6 +158,7 @@ class SendMessageProcessor:
             sys_flag=header.sys_flag,
             reconsume_times=header.reconsume_times,
             wait=wait,
+            delay=not header.batch,
         )
         if len(entries) > 1:
             msg_id = ",".join(
@@ -173,38 +179,17 @@ class SendMessageProcessor:
             },
         )
 
-    def _retry_or_dlq(self, header: SendHeader) -> tuple[str, int | None]:
-        """A client's fallback resend to %RETRY%group: past maxReconsumeTimes it goes to DLQ."""
-        group = header.topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
-        group_cfg = self.broker.groups.find(group)
-        max_times = (
-            header.max_reconsume_times
-            if header.max_reconsume_times is not None
-            else group_cfg.retryMaxTimes
-        )
-        topics = self.broker.topics
-        if header.reconsume_times >= max_times:
-            dlq = DLQ_GROUP_TOPIC_PREFIX + group
-            if topics.get(dlq) is None:
-                topics.create(dlq, 1, 1, PERM_READ | PERM_WRITE)
-            return dlq, 0
-        if topics.get(header.topic) is None:
-            topics.create(
-                header.topic,
-                group_cfg.retryQueueNums,
-                group_cfg.retryQueueNums,
-                PERM_READ | PERM_WRITE,
-            )
-        return header.topic, header.queue_id
-
     @staticmethod
-    def _check_delay(props: dict[str, str]) -> None:
-        level = props.get(PROPERTY_DELAY_TIME_LEVEL)
-        if level and level.strip() not in ("", "0"):
+    def _check_batch_delay(props: dict[str, str]) -> None:
+        """RocketMQ refuses a batch whose own properties ask for a delay."""
+        try:
+            level = int(props.get(PROPERTY_DELAY_TIME_LEVEL, "0"))
+        except ValueError:
+            return
+        if level > 0:
             raise RequestRefused(
                 ResponseCode.MESSAGE_ILLEGAL,
-                f"delay level {level} messages are not supported by habroker yet "
-                "(no ScheduleMessageService); send without setDelayTimeLevel",
+                f"a batch cannot be delayed (DELAY={level}); send delayed messages one by one",
             )
 
 

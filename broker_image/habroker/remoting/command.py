@@ -22,8 +22,8 @@ from habroker.remoting.codes import LanguageCode, ResponseCode
 FRAME_MAX_LENGTH = 16 * 1024 * 1024
 RPC_RESPONSE = 1  # flag bit 0: a response
 RPC_ONEWAY = 2  # flag bit 1: the requester wants no answer
-# RocketMQ 4.9.7's MQVersion ordinal; clients only log it
-CURRENT_VERSION = 435
+# RocketMQ 4.9.7's MQVersion ordinal (V4_9_7); clients only log it
+CURRENT_VERSION = 407
 
 _I32 = struct.Struct(">i")
 _FRAME_HEAD = struct.Struct(">ii")

@@ -8,9 +8,9 @@ record at the tail stops dispatch without advancing (spec §3.7); the next chunk
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from habroker.message import DispatchTuple, parse_record
+from habroker.message import DELAY_LEVELS_MS, DispatchTuple, parse_record
 from habroker.store.commit_log import CommitLog
 
 log = logging.getLogger(__name__)
@@ -22,10 +22,12 @@ class ReputMessageService:
         commit_log: CommitLog,
         dispatch: Callable[[DispatchTuple], None],
         is_slave: Callable[[], bool],
+        delay_levels: Sequence[int] = DELAY_LEVELS_MS,
     ) -> None:
         self.commit_log = commit_log
         self.dispatch = dispatch
         self.is_slave = is_slave
+        self.delay_levels = delay_levels  # messageDelayLevel (ms): schedule units' tagsCode
         self.reput_from_offset = 0
         # store time of the last record dispatched; 0 until this run dispatches one
         self.last_store_timestamp = 0
@@ -38,6 +40,7 @@ class ReputMessageService:
         cl = self.commit_log
         queue = cl.queue
         dispatch = self.dispatch
+        delay_levels = self.delay_levels
         count = 0
         while True:
             offset = self.reput_from_offset
@@ -59,7 +62,7 @@ class ReputMessageService:
             view = mf.view[:wrote]
             try:
                 while pos < wrote:
-                    parsed = parse_record(view, pos, False)
+                    parsed = parse_record(view, pos, False, delay_levels)
                     if isinstance(parsed, tuple):
                         dispatch(parsed)
                         self.last_store_timestamp = parsed[5]

@@ -88,7 +88,9 @@ class MessageStore:
         self.root = config.store_root
         self.commit_log = CommitLog(config.commit_log_dir, config.mappedFileSizeCommitLog)
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
-        self.reput = ReputMessageService(self.commit_log, self._dispatch, self._is_slave)
+        self.reput = ReputMessageService(
+            self.commit_log, self._dispatch, self._is_slave, config.delay_levels_ms
+        )
         self.checkpoint: StoreCheckpoint | None = None
         self._queue_offsets: dict[tuple[str, int], int] = {}
         self._topic_bytes: dict[str, bytes] = {}
@@ -553,9 +555,12 @@ class MessageStore:
         return sorted({t for (t, _) in self.consume_queues})
 
     def look_message_by_offset(
-        self, commit_log_offset: int, size: int | None = None
+        self, commit_log_offset: int, size: int | None = None, *, decompress_body: bool = True
     ) -> MessageExt | None:
-        """Decode the record at a commit-log offset (e.g. from an offsetMsgId)."""
+        """Decode the record at a commit-log offset (e.g. from an offsetMsgId).
+
+        ``decompress_body=False`` keeps a compressed body as stored (to store it again with its
+        sysFlag, as delayed delivery and consumer retries do)."""
         if size is None:
             head = self.commit_log.read(commit_log_offset, 4)
             if head is None:
@@ -566,7 +571,7 @@ class MessageStore:
         if view is None:
             return None
         try:
-            return decode_record(view)
+            return decode_record(view, decompress_body=decompress_body)
         except ValueError:
             return None
         finally:
