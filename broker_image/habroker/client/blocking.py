@@ -91,10 +91,17 @@ class SyncMQProducer(_Facade):
         keys: str | Iterable[str] | None = None,
         properties: Mapping[str, str] | None = None,
         queue: MessageQueue | int | None = None,
+        delay_level: int = 0,
     ) -> SendResult:
         return self._loop.run(
             self.producer.send(
-                topic, body, tags=tags, keys=keys, properties=properties, queue=queue
+                topic,
+                body,
+                tags=tags,
+                keys=keys,
+                properties=properties,
+                queue=queue,
+                delay_level=delay_level,
             )
         )
 

@@ -32,7 +32,7 @@ from habroker.client.errors import (
 from habroker.client.instance import ClientInstance
 from habroker.client.route import MessageQueue, TopicRoute
 from habroker.client.uniq_id import new_uniq_id
-from habroker.message import PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+from habroker.message import PROPERTY_DELAY_TIME_LEVEL, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 from habroker.remoting import RequestCode, ResponseCode
 from habroker.wire import OutgoingMessage, encode_entry, encode_properties
 
@@ -169,14 +169,20 @@ class MQProducer:
         keys: str | Iterable[str] | None = None,
         properties: Mapping[str, str] | None = None,
         queue: MessageQueue | int | None = None,
+        delay_level: int = 0,
         wait_store_msg_ok: bool = True,
     ) -> SendResult:
-        """One message (SEND_MESSAGE_V2)."""
+        """One message (SEND_MESSAGE_V2).  ``delay_level`` (1-18: 1s 5s 10s 30s 1m … 2h, the
+        broker's messageDelayLevel) delivers it that much later, as setDelayTimeLevel does."""
         msg = _message(body, tags, keys, properties)
         check_topic(topic)
         self._check_body(msg.body)
         props = self._properties(msg)
         uniq = props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX]
+        if delay_level < 0:
+            raise MessageRejectedError(f"delay_level={delay_level}: must be >= 0")
+        if delay_level:
+            props[PROPERTY_DELAY_TIME_LEVEL] = str(delay_level)
         if not wait_store_msg_ok:
             props["WAIT"] = "false"
         header = self._header(topic, msg.flag, _encode(props).decode(), batch=False)
@@ -197,6 +203,10 @@ class MQProducer:
             msg = _message(item)
             self._check_body(msg.body)
             props = self._properties(msg)
+            if props.get(PROPERTY_DELAY_TIME_LEVEL, "0") not in ("", "0"):
+                raise MessageRejectedError(
+                    "a batch cannot hold delayed messages (RocketMQ refuses them); send them alone"
+                )
             ids.append(props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX])
             entries.append(encode_entry(msg.body, _encode(props), msg.flag))
         if not entries:

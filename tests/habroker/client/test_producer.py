@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import time
@@ -182,3 +183,24 @@ async def test_binary_headers_and_a_shared_instance(broker):
         await consumer.close()
         # the instance is the caller's: still usable after its users closed
         assert (await shared.routes.get("bin", refresh=True)).topic == "bin"
+
+
+async def test_delayed_message_arrives_after_its_level(broker):
+    await create(broker.address, "later", 1)
+    async with MQProducer(broker.address) as producer:
+        sent = await producer.send("later", b"in a second", delay_level=1)
+        with pytest.raises(MessageRejectedError, match="delayed"):
+            await producer.send_batch(
+                "later", [OutgoingMessage(b"x", properties={"DELAY": "2"}), b"y"]
+            )
+    started = time.monotonic()
+    assert await read_all(broker.address, "later") == []  # not yet in its topic
+    found: list = []
+    for _ in range(100):
+        found = await read_all(broker.address, "later")
+        if found:
+            break
+        await asyncio.sleep(0.1)
+    (msg,) = found
+    assert msg.body == b"in a second" and msg.uniq_key == sent.msg_id
+    assert time.monotonic() - started >= 0.5
