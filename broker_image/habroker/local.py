@@ -16,11 +16,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from habroker.config import properties_line
+
+T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -30,19 +32,37 @@ def free_port() -> int:
         return port
 
 
-class LocalBroker:
-    """One ``habroker serve`` process; its log goes to ``<root>/broker.log``."""
+def _call_here(fn: Callable[[], T]) -> T:
+    return fn()
 
-    def __init__(self, root: Path, **config: Any) -> None:
+
+class LocalBroker:
+    """One ``habroker serve`` process; its log goes to ``<root>/broker.log``.
+
+    ``command_prefix`` and ``call_in`` run it elsewhere than this host's 127.0.0.1, e.g. in a
+    network namespace (tests/interop): the command is prefixed (``ip netns exec NAME``) and the
+    port picks and health probes run through ``call_in``.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        command_prefix: Sequence[str] = (),
+        call_in: Callable[[Callable[[], Any]], Any] = _call_here,
+        **config: Any,
+    ) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
+        self.command_prefix = tuple(command_prefix)
+        self.call_in = call_in
         self.config: dict[str, Any] = {
             "brokerName": "broker-a",
             "bindAddress": "127.0.0.1",
             "brokerIP1": "127.0.0.1",
-            "listenPort": free_port(),
-            "haListenPort": free_port(),
-            "httpListenPort": free_port(),
+            "listenPort": call_in(free_port),
+            "haListenPort": call_in(free_port),
+            "httpListenPort": call_in(free_port),
             "storePathRootDir": str(self.root / "store"),
         }
         self.config.update(config)
@@ -85,7 +105,15 @@ class LocalBroker:
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it from here
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "habroker", "serve", "--config", str(conf)],
+                [
+                    *self.command_prefix,
+                    sys.executable,
+                    "-m",
+                    "habroker",
+                    "serve",
+                    "--config",
+                    str(conf),
+                ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
@@ -104,18 +132,19 @@ class LocalBroker:
                 raise RuntimeError(
                     f"broker exited with {self.proc.returncode}; log:\n{self.tail_log()}"
                 )
-            try:
-                with urllib.request.urlopen(
-                    f"http://{self.http_address}/healthz", timeout=1
-                ) as resp:
-                    if resp.status == 200:
-                        return
-            except (OSError, urllib.error.URLError):
-                pass
+            if self.call_in(self._healthy):
+                return
             time.sleep(0.05)
         raise TimeoutError(
             f"broker {self.http_address} not healthy after {timeout}s; log:\n{self.tail_log()}"
         )
+
+    def _healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{self.http_address}/healthz", timeout=1) as resp:
+                return bool(resp.status == 200)
+        except (OSError, urllib.error.URLError):
+            return False
 
     def tail_log(self, lines: int = 40) -> str:
         try:
@@ -162,6 +191,14 @@ class LocalBroker:
     # -- small HTTP helpers for scripts and tests ------------------------------------------
     def request(
         self, method: str, path: str, payload: Any | None = None, timeout: float = 10.0
+    ) -> tuple[int, Any]:
+        result: tuple[int, Any] = self.call_in(
+            lambda: self._request(method, path, payload, timeout)
+        )
+        return result
+
+    def _request(
+        self, method: str, path: str, payload: Any | None, timeout: float
     ) -> tuple[int, Any]:
         data = None if payload is None else json.dumps(payload).encode()
         req = urllib.request.Request(
