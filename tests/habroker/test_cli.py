@@ -1,9 +1,5 @@
-"""The CLI, run as a process, against a real broker over real sockets.
-
-The broker is a BrokerController with its remoting server (and HTTP API for ``status``) on
-127.0.0.1 inside the test process (tests/habroker/client/conftest.py) until ``habroker serve``
-listens with remoting on listenPort.
-"""
+"""The CLI, run as a process, against a real ``habroker serve`` process over real sockets:
+client commands on its listenPort (remoting), ``status`` on its httpListenPort."""
 
 from __future__ import annotations
 
@@ -12,13 +8,9 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from habroker.local import free_port
-
-from tests.habroker.client.conftest import BrokerThread
+from habroker.local import LocalBroker, free_port
 
 
 def run(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
@@ -35,10 +27,8 @@ def one_clear_line(res: subprocess.CompletedProcess[bytes]) -> str:
 
 
 @pytest.fixture
-def srv(tmp_path: Path) -> Iterator[BrokerThread]:
-    b = BrokerThread(tmp_path / "b", http=True).start()
-    yield b
-    b.stop()
+def srv(broker_factory) -> LocalBroker:
+    return broker_factory()
 
 
 def test_produce_consume_status(srv):
@@ -192,7 +182,7 @@ def test_help_lists_commands():
     assert b"earliest|latest|TIME" in run("offset", "--help").stdout
 
 
-def test_consume_prints_bodies_a_java_producer_compressed(tmp_path):
+def test_consume_prints_bodies_a_java_producer_compressed(broker_factory, tmp_path):
     """Bodies stored compressed (sysFlag COMPRESSED, RocketMQ's own compressors' bytes) come
     out as the producer wrote them; the JSON keeps the stored sysFlag."""
     import asyncio
@@ -205,27 +195,24 @@ def test_consume_prints_bodies_a_java_producer_compressed(tmp_path):
     ]
     root = tmp_path / "b" / "store"
     asyncio.run(store_holding(root, producer_records("zipped", 0, bodies)))
-    broker = BrokerThread(
-        tmp_path / "b",
+    broker = broker_factory(
+        "b",
         storePathRootDir=str(root),
         mappedFileSizeCommitLog=FILE_SIZE,
         mappedFileSizeConsumeQueue=CQ_FILE_SIZE,
-    ).start()
-    try:
-        ns = ("--namesrv", broker.address)
-        assert run("topic", "create", "zipped", "--queues", "1", *ns).returncode == 0
-        res = run(
-            "consume", *ns, "--topic", "zipped", "--group", "g", "--from", "earliest",
-            "--count", "5", "--format", "json",
-        )  # fmt: skip
-        assert res.returncode == 0, res.stderr
-        rows = [json.loads(line) for line in res.stdout.splitlines()]
-        assert [r["body"] for r in rows] == ["plain text"] + [ORIGINAL.decode()] * 4
-        assert [r["sysFlag"] & 0x701 for r in rows] == [0, 0x1, 0x301, 0x101, 0x201]
-        text = run(
-            "consume", *ns, "--topic", "zipped", "--group", "g2", "--from", "earliest",
-            "--count", "2",
-        )  # fmt: skip
-        assert text.stdout.decode() == "plain text\n" + ORIGINAL.decode() + "\n"
-    finally:
-        broker.stop()
+    )
+    ns = ("--namesrv", broker.address)
+    assert run("topic", "create", "zipped", "--queues", "1", *ns).returncode == 0
+    res = run(
+        "consume", *ns, "--topic", "zipped", "--group", "g", "--from", "earliest",
+        "--count", "5", "--format", "json",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    rows = [json.loads(line) for line in res.stdout.splitlines()]
+    assert [r["body"] for r in rows] == ["plain text"] + [ORIGINAL.decode()] * 4
+    assert [r["sysFlag"] & 0x701 for r in rows] == [0, 0x1, 0x301, 0x101, 0x201]
+    text = run(
+        "consume", *ns, "--topic", "zipped", "--group", "g2", "--from", "earliest",
+        "--count", "2",
+    )  # fmt: skip
+    assert text.stdout.decode() == "plain text\n" + ORIGINAL.decode() + "\n"

@@ -1,10 +1,11 @@
-"""Real brokers for the remoting client's tests: BrokerController + BrokerRemoting on 127.0.0.1.
+"""Real brokers for the remoting client's tests: what ``habroker serve`` runs (BrokerStartup:
+the broker, its remoting server on listenPort and HTTP API on httpListenPort) on 127.0.0.1.
 
 Each broker runs on its own event loop in its own thread, so a client under test (asyncio in
-the test's loop, blocking facades, or a CLI subprocess) talks to it only through sockets, as it
-would to a broker process.  A master + slave pair replicates over the real HA port; the slave
-copies metadata from the master's HTTP API and registers with the master over REGISTER_BROKER
-(what a RocketMQ slave does with its name server), so the master's route names both.
+the test's loop, or the blocking facades) talks to it only through sockets, as it would to a
+broker process, while a test can still reach into the broker (stop its client port, read its
+tables).  A master + slave pair replicates over the real HA port; the slave registers with the
+master and copies its metadata over remoting, so the master's route names both.
 """
 
 from __future__ import annotations
@@ -17,14 +18,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from aiohttp import web
 from habroker.broker import BrokerController
 from habroker.config import BrokerConfig
 from habroker.local import free_port
 from habroker.processor import BrokerRemoting
-from habroker.remoting import RequestCode
-from habroker.remoting.client import RemotingClient
-from habroker.server import create_app
+from habroker.startup import BrokerStartup
 
 T = TypeVar("T")
 
@@ -36,9 +34,9 @@ SMALL = {
 
 
 class BrokerThread:
-    """One broker (and optionally its HTTP API) on a private event loop in a daemon thread."""
+    """One broker process's parts on a private event loop in a daemon thread."""
 
-    def __init__(self, root: Path, *, http: bool = False, **config: Any) -> None:
+    def __init__(self, root: Path, **config: Any) -> None:
         values: dict[str, Any] = {
             "brokerName": "broker-a",
             "bindAddress": "127.0.0.1",
@@ -51,13 +49,10 @@ class BrokerThread:
         }
         values.update(config)
         self.config = BrokerConfig.load(environ={}, overrides=values)
-        self.http_port = self.config.httpListenPort if http else 0
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.controller: BrokerController | None = None
-        self.remoting: BrokerRemoting | None = None
-        self.runner: web.AppRunner | None = None
+        self.startup: BrokerStartup | None = None
 
     @property
     def address(self) -> str:
@@ -69,12 +64,17 @@ class BrokerThread:
 
     @property
     def http_address(self) -> str:
-        return f"127.0.0.1:{self.http_port}"
+        return f"127.0.0.1:{self.config.httpListenPort}"
 
     @property
     def broker(self) -> BrokerController:
-        assert self.controller is not None
-        return self.controller
+        assert self.startup is not None
+        return self.startup.broker
+
+    @property
+    def remoting(self) -> BrokerRemoting:
+        assert self.startup is not None
+        return self.startup.remoting
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
@@ -86,71 +86,27 @@ class BrokerThread:
         return self.run(wrapped())
 
     def start(self) -> BrokerThread:
-        self.run(self._start())
+        async def start() -> None:
+            self.startup = BrokerStartup(self.config)
+            await self.startup.start()
+
+        self.run(start())
         return self
-
-    async def _start(self) -> None:
-        self.controller = BrokerController(self.config)
-        await self.controller.start()
-        await self.start_remoting_async()
-        if self.http_port:
-            self.runner = web.AppRunner(create_app(self.controller), access_log=None)
-            await self.runner.setup()
-            await web.TCPSite(self.runner, "127.0.0.1", self.http_port).start()
-
-    async def start_remoting_async(self) -> None:
-        self.remoting = BrokerRemoting(self.broker)
-        await self.remoting.start("127.0.0.1", self.config.listenPort)
 
     def stop_remoting(self) -> None:
         """The client port goes away (a broker that stopped answering); the store stays."""
-        if self.remoting is not None:
-            self.run(self.remoting.stop())
-            self.remoting = None
-
-    def start_remoting(self) -> None:
-        self.run(self.start_remoting_async())
+        self.run(self.remoting.stop())
 
     def stop(self) -> None:
         if self.loop.is_closed():
             return
         try:
-            self.run(self._stop())
+            if self.startup is not None:
+                self.run(self.startup.stop())
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(10)
             self.loop.close()
-
-    async def _stop(self) -> None:
-        if self.runner is not None:
-            await self.runner.cleanup()
-        if self.remoting is not None:
-            await self.remoting.stop()
-        if self.controller is not None:
-            await self.controller.stop()
-
-    def register_with(self, master: BrokerThread) -> None:
-        """REGISTER_BROKER with the master (as a RocketMQ slave does with its name server)."""
-
-        async def register() -> None:
-            cfg = self.config
-            async with RemotingClient() as client:
-                await client.call(
-                    master.address,
-                    RequestCode.REGISTER_BROKER,
-                    {
-                        "brokerName": cfg.brokerName,
-                        "brokerAddr": self.address,
-                        "clusterName": cfg.brokerClusterName,
-                        "haServerAddr": self.ha_address,
-                        "brokerId": cfg.brokerId,
-                        "compressed": False,
-                        "bodyCrc32": 0,
-                    },
-                    b'{"topicConfigTable":{},"dataVersion":{"counter":0,"timestamp":0}}',
-                )
-
-        self.run(register())
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
@@ -209,14 +165,18 @@ def group(broker_thread: Callable[..., BrokerThread]) -> Group:
         "totalPhysicalMemorySize": 1 << 20,
         "accessMessageInMemoryMaxRatio": 10,
     }
-    master = broker_thread("master", http=True, brokerId=0, **policy)
+    master = broker_thread("master", brokerId=0, **policy)
     slave = broker_thread(
         "slave",
         brokerId=1,
         brokerRole="SLAVE",
         haMasterAddress=master.ha_address,
-        masterHttpAddress=master.http_address,
+        masterAddress=master.address,
         **policy,
     )
-    slave.register_with(master)
-    return Group(master, slave)
+    group = Group(master, slave)
+    wait_for(
+        lambda: master.call(lambda: 1 in master.broker.routes.broker_addrs()),
+        what="the slave registered with the master",
+    )
+    return group
