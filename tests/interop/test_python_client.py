@@ -23,10 +23,19 @@ from habroker.client import (
     TopicNotExistError,
 )
 
-from tests.interop.rocketmq_java import NetNS, events_of, expected_body, run_driver
+from tests.interop.rocketmq_java import (
+    BrokerSpec,
+    JavaBroker,
+    JavaNameServer,
+    NetNS,
+    events_of,
+    expected_body,
+    run_driver,
+)
 from tests.interop.test_java_oracle import (  # noqa: F401 - the module's Java group fixture
     NAMESRV,
     V4,
+    V5,
     JavaGroup,
     create_topic,
     group,
@@ -198,3 +207,60 @@ def test_java_producer_to_python_consumer_and_admin(group: JavaGroup) -> None:  
     assert out["committed"] == [0, 0, 0, 0]
     assert "'NoSuchTopicHere' does not exist" in out["missing"]
     assert out.get("deleted") is True
+
+
+@pytest.mark.slow
+def test_python_client_with_a_531_broker(netns: NetNS) -> None:
+    """A 5.3.1 broker (registered with the 4.9.7 name server): the same client, unchanged."""
+    JavaNameServer(netns, netns.root / "namesrv").start()
+    broker = JavaBroker(netns, V5, netns.root / "broker", BrokerSpec(role="ASYNC_MASTER")).start()
+    topic = "Py5"
+
+    async def scenario() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        async with MQAdmin(NAMESRV) as admin:
+            for _ in range(50):  # the broker's first registration may still be on its way
+                if (await admin.cluster_info()).masters():
+                    break
+                await asyncio.sleep(0.2)
+            assert await admin.create_topic(topic, 2) == [broker.address]
+            async with MQProducer(NAMESRV, send_timeout=10) as producer:
+                singles = [
+                    await producer.send(topic, f"five {i}", tags="t5", properties={"id": f"s{i}"})
+                    for i in range(6)
+                ]
+                batch = await producer.send_batch(
+                    topic, [OutgoingMessage(b"b", properties={"id": f"b{i}"}) for i in range(4)]
+                )
+            out["statuses"] = {r.status for r in [*singles, batch]}
+            async with MQPullConsumer(NAMESRV, "py5", long_polling_timeout=2) as consumer:
+                queues = await consumer.fetch_message_queues(topic)
+                await consumer.assign(queues)
+                got = []
+                while len(got) < 10:
+                    polled = await consumer.poll_batch(timeout=20)
+                    assert polled is not None, f"{len(got)} of 10 polled"
+                    got.extend(polled.messages)
+                await consumer.commit()
+                out["ids"] = sorted(m.properties["id"] for m in got)
+                out["uniq"] = {m.properties["id"]: m.uniq_key for m in got}
+                out["committed"] = [await consumer.committed(mq) for mq in queues]
+            out["progress"] = await admin.consumer_progress("py5", topic)
+            out["viewed"] = await admin.view_message(singles[0].offset_msg_id)
+            out["reset"] = await admin.reset_offsets("py5", topic, "earliest")
+            out["singles"] = singles
+        return out
+
+    out = in_ns(netns, scenario)
+    assert out["statuses"] == {SendStatus.SEND_OK}
+    assert out["ids"] == sorted([f"s{i}" for i in range(6)] + [f"b{i}" for i in range(4)])
+    assert all(out["uniq"][f"s{i}"] == r.msg_id for i, r in enumerate(out["singles"]))
+    assert sum(out["committed"]) == 10 and sum(p.lag for p in out["progress"]) == 0
+    assert out["viewed"].body == b"five 0" and out["viewed"].tags == "t5"
+    assert [r.new_offset for r in out["reset"]] == [0, 0]
+    # and the 5.3.1 Java consumer reads what we sent
+    events = run_driver(
+        netns, V5, "lite-pull", "--namesrv", NAMESRV, "--topic", topic, "--group", "java5",
+        "--expect", "10", "--timeout-s", "60", "--from", "first",
+    )  # fmt: skip
+    assert sorted({m["id"] for m in events_of(events, "message")}) == out["ids"]
