@@ -80,6 +80,8 @@ class BrokerConfig:
     bindAddress: str = "127.0.0.1"
     listenPort: int = 10911
     haListenPort: int = 10912
+    # habroker: RocketMQ's VIP channel; -1 = listenPort - 2 (what 4.x/5.x brokers open), 0 = none
+    fastListenPort: int = -1
     httpListenPort: int = 10913  # habroker: HTTP API (admin, operator, /metrics, health)
     haMasterAddress: str = ""
     masterAddress: str = ""  # habroker: slave: master's client (remoting) address
@@ -166,6 +168,13 @@ class BrokerConfig:
         return self.store_root / "config"
 
     @property
+    def fast_listen_port(self) -> int:
+        """The VIP channel's port, or 0 when there is none."""
+        if self.fastListenPort < 0:
+            return self.listenPort - 2 if self.listenPort > 2 else 0
+        return self.fastListenPort
+
+    @property
     def is_master(self) -> bool:
         return self.brokerRole.is_master
 
@@ -183,11 +192,17 @@ class BrokerConfig:
             raise ConfigError(f"haListenPort={self.haListenPort}: must be 1..65535")
         if not 0 < self.httpListenPort < 65536:
             raise ConfigError(f"httpListenPort={self.httpListenPort}: must be 1..65535")
+        if not -1 <= self.fastListenPort < 65536:
+            raise ConfigError(
+                f"fastListenPort={self.fastListenPort}: -1 (listenPort - 2), 0 (none) or a port"
+            )
         ports = {
             "listenPort": self.listenPort,
             "haListenPort": self.haListenPort,
             "httpListenPort": self.httpListenPort,
         }
+        if self.fast_listen_port:
+            ports["fastListenPort"] = self.fast_listen_port
         for key, port in ports.items():
             clash = [k for k, p in ports.items() if p == port and k != key]
             if clash:

@@ -63,6 +63,8 @@ class LocalBroker:
             "listenPort": call_in(free_port),
             "haListenPort": call_in(free_port),
             "httpListenPort": call_in(free_port),
+            # no VIP channel (listenPort - 2) on random ports: it could collide; tests of it set it
+            "fastListenPort": 0,
             "storePathRootDir": str(self.root / "store"),
         }
         self.config.update(config)

@@ -40,6 +40,7 @@ class SlaveSynchronize:
         self.syncs = 0
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        self._round: asyncio.Future[bool] | None = None
         self.client = RemotingClient(timeout=max(2.0, min(10.0, interval)))
 
     def start(self) -> None:
@@ -52,6 +53,15 @@ class SlaveSynchronize:
                 await self._task
             self._task = None
         await self.client.close()
+
+    async def sync_now(self, timeout: float) -> bool:  # noqa: ASYNC109
+        """One round now (shared by concurrent callers), waited for at most ``timeout``."""
+        if self._round is None or self._round.done():
+            self._round = asyncio.ensure_future(self.sync_all())
+        try:
+            return await asyncio.wait_for(asyncio.shield(self._round), timeout)
+        except TimeoutError:
+            return False
 
     def trigger(self) -> None:
         """Sync now (after a master change) instead of waiting for the next round."""

@@ -30,7 +30,7 @@ class BrokerStartup:
         cfg = self.broker.config
         await self.broker.start()
         try:
-            await self.remoting.start(cfg.bindAddress, cfg.listenPort)
+            await self.remoting.start(cfg.bindAddress, cfg.listenPort, cfg.fast_listen_port)
             self.http = await serve_http(self.broker)
         except BaseException:
             await self.remoting.stop()

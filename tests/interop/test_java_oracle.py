@@ -45,10 +45,18 @@ pytestmark = pytest.mark.timeout(240)
 
 @dataclass
 class JavaGroup:
+    """A master and its slave as the scenarios see them: where to find them, what they say.
+
+    tests/interop/test_habroker_java_clients.py runs the same scenarios against habroker with a
+    group of its own; everything that differs between the two brokers is a field here.
+    """
+
     ns: NetNS
-    namesrv: JavaNameServer
-    master: JavaBroker
-    slave: JavaBroker
+    master_address: str
+    slave_address: str
+    namesrv: str = NAMESRV
+    version: str = "V4_9_7"  # what mqadmin clusterList prints in its version column
+    system_topics: frozenset[str] = frozenset({"TBW102"})
 
 
 def wait_ha_connected(ns: NetNS, master: JavaBroker, timeout: float = 60.0) -> None:
@@ -67,7 +75,7 @@ def wait_ha_connected(ns: NetNS, master: JavaBroker, timeout: float = 60.0) -> N
 def group(module_netns: NetNS) -> Iterator[JavaGroup]:
     """Java name server + SYNC_MASTER + SLAVE (4.9.7), booted once for the module."""
     ns = module_netns
-    namesrv = JavaNameServer(ns, ns.root / "namesrv").start()
+    JavaNameServer(ns, ns.root / "namesrv").start()
     master = JavaBroker(
         ns, V4, ns.root / "master", BrokerSpec(role="SYNC_MASTER", listen_port=10911)
     )
@@ -84,33 +92,41 @@ def group(module_netns: NetNS) -> Iterator[JavaGroup]:
     master.wait_booted()
     slave.wait_booted()
     wait_ha_connected(ns, master)
-    yield JavaGroup(ns, namesrv, master, slave)
+    yield JavaGroup(ns, master.address, slave.address)
 
 
 def cluster_rows(
-    ns: NetNS, version: str, want: set[tuple[Any, ...]], timeout: float = 30.0
+    ns: NetNS,
+    version: str,
+    want: set[tuple[Any, ...]],
+    timeout: float = 30.0,
+    namesrv: str = NAMESRV,
 ) -> set[tuple[Any, ...]]:
     """clusterList rows as (cluster, name, id, address, version), asked again until they are
     ``want``: under load mqadmin's GET_BROKER_RUNTIME_INFO can time out, and then it prints the
     row without a version (and a stack trace) rather than failing."""
     deadline = time.monotonic() + timeout
     while True:
-        rows = cluster_list(run_mqadmin(ns, version, "clusterList", "-n", NAMESRV))
+        rows = cluster_list(run_mqadmin(ns, version, "clusterList", "-n", namesrv))
         got = {(r.cluster, r.broker_name, r.broker_id, r.address, r.version) for r in rows}
         if got == want or time.monotonic() > deadline:
             return got
         time.sleep(1)
 
 
-def create_topic(ns: NetNS, topic: str, queues: int, version: str = V4) -> str:
+def create_topic(
+    ns: NetNS, topic: str, queues: int, version: str = V4, namesrv: str = NAMESRV
+) -> str:
     return run_mqadmin(
-        ns, version, "updateTopic", "-n", NAMESRV, "-c", "DefaultCluster", "-t", topic,
+        ns, version, "updateTopic", "-n", namesrv, "-c", "DefaultCluster", "-t", topic,
         "-r", str(queues), "-w", str(queues),
     )  # fmt: skip
 
 
-def produce(ns: NetNS, topic: str, *args: str, version: str = V4) -> list[dict[str, Any]]:
-    return run_driver(ns, version, "produce", "--namesrv", NAMESRV, "--topic", topic, *args)
+def produce(
+    ns: NetNS, topic: str, *args: str, version: str = V4, namesrv: str = NAMESRV
+) -> list[dict[str, Any]]:
+    return run_driver(ns, version, "produce", "--namesrv", namesrv, "--topic", topic, *args)
 
 
 def sent_ids(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -144,25 +160,27 @@ def test_namespace_has_only_loopback_and_runs_habroker(netns: NetNS, tmp_path: P
 
 def test_mqadmin_cluster_list_shows_master_and_slave(group: JavaGroup) -> None:
     want = {
-        ("DefaultCluster", "broker-a", 0, "127.0.0.1:10911", "V4_9_7"),
-        ("DefaultCluster", "broker-a", 1, "127.0.0.1:10921", "V4_9_7"),
+        ("DefaultCluster", "broker-a", 0, group.master_address, group.version),
+        ("DefaultCluster", "broker-a", 1, group.slave_address, group.version),
     }
-    assert cluster_rows(group.ns, V4, want) == want
+    assert cluster_rows(group.ns, V4, want, namesrv=group.namesrv) == want
 
 
 def test_mqadmin_update_topic_then_list_and_route(group: JavaGroup) -> None:
-    out = create_topic(group.ns, "T-admin", 3)
-    assert "create topic to 127.0.0.1:10911 success." in out
+    out = create_topic(group.ns, "T-admin", 3, namesrv=group.namesrv)
+    assert f"create topic to {group.master_address} success." in out
     assert "readQueueNums=3, writeQueueNums=3, perm=RW-" in out
 
-    topics = run_mqadmin(group.ns, V4, "topicList", "-n", NAMESRV).split()
-    assert "T-admin" in topics and "TBW102" in topics
+    topics = run_mqadmin(group.ns, V4, "topicList", "-n", group.namesrv).split()
+    assert "T-admin" in topics and group.system_topics <= set(topics)
 
-    route = loads_fastjson(run_mqadmin(group.ns, V4, "topicRoute", "-n", NAMESRV, "-t", "T-admin"))
+    route = loads_fastjson(
+        run_mqadmin(group.ns, V4, "topicRoute", "-n", group.namesrv, "-t", "T-admin")
+    )
     [broker] = route["brokerDatas"]
     assert broker["brokerName"] == "broker-a" and broker["cluster"] == "DefaultCluster"
     # the slave registered the topic it synchronised from the master: both addresses are routed
-    assert broker["brokerAddrs"] == {"0": "127.0.0.1:10911", "1": "127.0.0.1:10921"}
+    assert broker["brokerAddrs"] == {"0": group.master_address, "1": group.slave_address}
     [queues] = route["queueDatas"]
     assert (queues["readQueueNums"], queues["writeQueueNums"], queues["perm"]) == (3, 3, 6)
 
@@ -177,7 +195,7 @@ def test_loads_fastjson_quotes_only_bare_integer_keys() -> None:
 
 def test_every_send_mode_is_read_back_once_with_identical_bytes(group: JavaGroup) -> None:
     ns, topic = group.ns, "T-modes"
-    create_topic(ns, topic, 4)
+    create_topic(ns, topic, 4, namesrv=group.namesrv)
     common = ("--tags", "TagA,TagB", "--prop", "color=red", "--prop", "unit=m s")
     sends: dict[str, dict[str, Any]] = {}
     runs = [
@@ -194,7 +212,7 @@ def test_every_send_mode_is_read_back_once_with_identical_bytes(group: JavaGroup
         args = ("--mode", mode, *common, *extra)
         if "--id-prefix" not in extra:
             args += ("--id-prefix", f"{mode}-")
-        events = produce(ns, topic, *args)
+        events = produce(ns, topic, *args, namesrv=group.namesrv)
         done = summary(events)
         assert done["failed"] == 0, done
         size = int(extra[extra.index("--size") + 1])
@@ -207,7 +225,7 @@ def test_every_send_mode_is_read_back_once_with_identical_bytes(group: JavaGroup
     assert len(sends) == 28
 
     events = run_driver(
-        ns, V4, "lite-pull", "--namesrv", NAMESRV, "--topic", topic, "--group", "g-modes",
+        ns, V4, "lite-pull", "--namesrv", group.namesrv, "--topic", topic, "--group", "g-modes",
         "--expect", "28", "--timeout-s", "60",
     )  # fmt: skip
     messages = events_of(events, "message")
@@ -229,7 +247,7 @@ def test_every_send_mode_is_read_back_once_with_identical_bytes(group: JavaGroup
         if prefix != "big":
             assert m["keys"] == f"k{prefix[0]}-{seq}"
         assert m["properties"] == {"color": "red", "unit": "m s", "id": m["id"], "seq": str(seq)}
-        assert m["storeHost"] == "127.0.0.1:10911" and m["reconsumeTimes"] == 0
+        assert m["storeHost"] == group.master_address and m["reconsumeTimes"] == 0
         if "msgId" in send and len(send["ids"]) == 1:
             assert m["msgId"] == send["msgId"]  # the client-made unique id (UNIQ_KEY)
     big = [m for m in messages if m["id"].startswith("big-")]
@@ -241,9 +259,9 @@ def test_every_send_mode_is_read_back_once_with_identical_bytes(group: JavaGroup
 def test_binary_header_serialization_round_trip(group: JavaGroup) -> None:
     """-Drocketmq.serialize.type=ROCKETMQ: the client's headers in RocketMQ's binary encoding."""
     ns, topic = group.ns, "T-binary"
-    create_topic(ns, topic, 2)
+    create_topic(ns, topic, 2, namesrv=group.namesrv)
     events = run_driver(
-        ns, V4, "produce", "--namesrv", NAMESRV, "--topic", topic, "--count", "4",
+        ns, V4, "produce", "--namesrv", group.namesrv, "--topic", topic, "--count", "4",
         "--id-prefix", "bin-", "--prop", "k=v", "--trace", serialize="ROCKETMQ",
     )  # fmt: skip
     assert summary(events)["sendOk"] == 4
@@ -251,7 +269,7 @@ def test_binary_header_serialization_round_trip(group: JavaGroup) -> None:
     assert rpcs and {r["serialize"] for r in rpcs} == {"ROCKETMQ"}
     sends = sent_ids(events)
     events = run_driver(
-        ns, V4, "lite-pull", "--namesrv", NAMESRV, "--topic", topic, "--group", "g-binary",
+        ns, V4, "lite-pull", "--namesrv", group.namesrv, "--topic", topic, "--group", "g-binary",
         "--expect", "4", "--timeout-s", "45", serialize="ROCKETMQ",
     )  # fmt: skip
     messages = events_of(events, "message")
@@ -265,12 +283,12 @@ def test_binary_header_serialization_round_trip(group: JavaGroup) -> None:
 
 def test_two_push_consumers_split_the_queues(group: JavaGroup, tmp_path: Path) -> None:
     ns, topic = group.ns, "T-push"
-    create_topic(ns, topic, 4)
+    create_topic(ns, topic, 4, namesrv=group.namesrv)
     ready = ns.root / "push-ready"
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         pushing = pool.submit(
             run_driver,
-            ns, V4, "push", "--namesrv", NAMESRV, "--topic", topic, "--group", "g-push",
+            ns, V4, "push", "--namesrv", group.namesrv, "--topic", topic, "--group", "g-push",
             "--consumers", "2", "--expect", "24", "--timeout-s", "90", "--ready-file", str(ready),
             "--trace",
         )  # fmt: skip
@@ -278,7 +296,7 @@ def test_two_push_consumers_split_the_queues(group: JavaGroup, tmp_path: Path) -
         while not ready.exists() and time.monotonic() < deadline and not pushing.done():
             time.sleep(0.2)
         assert ready.exists(), "push consumers never all held queues"
-        produce(ns, topic, "--count", "24", "--id-prefix", "p-")
+        produce(ns, topic, "--count", "24", "--id-prefix", "p-", namesrv=group.namesrv)
         events = pushing.result()
     assert summary(events)["complete"]
     deliveries = events_of(events, "delivery")
@@ -300,10 +318,10 @@ def test_two_push_consumers_split_the_queues(group: JavaGroup, tmp_path: Path) -
 
 def test_failed_message_is_retried_then_dead_lettered(group: JavaGroup) -> None:
     ns, topic, grp = group.ns, "T-retry", "g-retry"
-    create_topic(ns, topic, 2)
-    sends = sent_ids(produce(ns, topic, "--count", "6", "--id-prefix", "r-"))
+    create_topic(ns, topic, 2, namesrv=group.namesrv)
+    sends = sent_ids(produce(ns, topic, "--count", "6", "--id-prefix", "r-", namesrv=group.namesrv))
     events = run_driver(
-        ns, V4, "push", "--namesrv", NAMESRV, "--topic", topic, "--group", grp,
+        ns, V4, "push", "--namesrv", group.namesrv, "--topic", topic, "--group", grp,
         "--expect", "5", "--fail-ids", "r-2", "--max-reconsume", "2", "--timeout-s", "90",
         "--trace",
     )  # fmt: skip
@@ -320,18 +338,18 @@ def test_failed_message_is_retried_then_dead_lettered(group: JavaGroup) -> None:
     dlq = f"%DLQ%{grp}"
     deadline = time.monotonic() + 20
     while True:
-        rows = topic_status(run_mqadmin(ns, V4, "topicStatus", "-n", NAMESRV, "-t", dlq))
+        rows = topic_status(run_mqadmin(ns, V4, "topicStatus", "-n", group.namesrv, "-t", dlq))
         if sum(r.max_offset for r in rows) == 1 or time.monotonic() > deadline:
             break
         time.sleep(1)
     assert sum(r.max_offset for r in rows) == 1, rows
     # a DLQ is created write-only; make it readable and read the message back
     run_mqadmin(
-        ns, V4, "updateTopic", "-n", NAMESRV, "-c", "DefaultCluster", "-t", dlq,
+        ns, V4, "updateTopic", "-n", group.namesrv, "-c", "DefaultCluster", "-t", dlq,
         "-r", "1", "-w", "1", "-p", "6",
     )  # fmt: skip
     events = run_driver(
-        ns, V4, "lite-pull", "--namesrv", NAMESRV, "--topic", dlq, "--group", "g-dlq-reader",
+        ns, V4, "lite-pull", "--namesrv", group.namesrv, "--topic", dlq, "--group", "g-dlq-reader",
         "--expect", "1", "--timeout-s", "45",
     )  # fmt: skip
     [dead] = events_of(events, "message")

@@ -29,7 +29,7 @@ from habroker.remoting.server import RemotingServer, RequestRefused
 log = logging.getLogger(__name__)
 
 # mqadmin's clusterList prints this as the version
-BROKER_VERSION_DESC = f"habroker-{__version__} (RocketMQ V4_9_7 protocol)"
+BROKER_VERSION_DESC = f"habroker-{__version__}"
 
 
 class _Rate:
@@ -65,6 +65,7 @@ class AdminBrokerProcessor:
             (RequestCode.UPDATE_AND_CREATE_TOPIC, self.update_topic),
             (RequestCode.DELETE_TOPIC_IN_BROKER, self.delete_topic),
             (RequestCode.GET_ALL_TOPIC_CONFIG, self.all_topic_config),
+            (RequestCode.GET_TOPIC_CONFIG, self.topic_config),
             (RequestCode.GET_ALL_CONSUMER_OFFSET, self.all_consumer_offset),
             (RequestCode.GET_ALL_DELAY_OFFSET, self.all_delay_offset),
             (RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, self.all_subscription_groups),
@@ -112,6 +113,15 @@ class AdminBrokerProcessor:
 
     def all_topic_config(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
         return request.response(body=body.dump_bytes(self.broker.topics.to_json()))
+
+    def topic_config(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        topic = Header(request).text("topic")
+        if self.broker.topics.get(topic) is None:
+            raise RequestRefused(
+                ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}"
+            )
+        table = self.broker.topics.to_json()["topicConfigTable"]
+        return request.response(body=body.dump_bytes(table[topic]))
 
     def all_consumer_offset(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
         table = {

@@ -22,6 +22,8 @@ from habroker.route_info import BrokerLiveInfo, RouteInfoManager
 
 log = logging.getLogger(__name__)
 
+SLAVE_SYNC_WAIT = 2.0  # how long a slave's route answer may wait for a metadata copy
+
 
 class NameServerProcessor:
     def __init__(self, broker: BrokerController, routes: RouteInfoManager) -> None:
@@ -40,9 +42,13 @@ class NameServerProcessor:
         server.register(RequestCode.GET_KV_CONFIG, self.kv_config)
         server.register(RequestCode.GET_KVLIST_BY_NAMESPACE, self.kv_config)
 
-    def route_info(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+    async def route_info(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
         topic = Header(request).text("topic")
         cfg = self.broker.topics.get(topic)
+        if cfg is None and self.broker.slave_sync is not None:
+            # created on the master since our last copy? copy now rather than say "no route"
+            await self.broker.slave_sync.sync_now(timeout=SLAVE_SYNC_WAIT)
+            cfg = self.broker.topics.get(topic)
         if cfg is None:
             return request.response(
                 ResponseCode.TOPIC_NOT_EXIST,

@@ -39,6 +39,7 @@ class PullMessageProcessor:
 
     def register(self, server: RemotingServer) -> None:
         server.register(RequestCode.PULL_MESSAGE, self.process)
+        server.register(RequestCode.LITE_PULL_MESSAGE, self.process)
 
     async def process(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
         try:

@@ -65,6 +65,8 @@ class RequestCode(IntEnum):
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
     QUERY_DATA_VERSION = 322
+    GET_TOPIC_CONFIG = 351  # 5.x
+    LITE_PULL_MESSAGE = 361  # 5.x: DefaultLitePullConsumer's pulls
 
 
 class ResponseCode(IntEnum):

@@ -39,7 +39,7 @@ class RemotingServer:
         self.name = name
         self.channels: set[Channel] = set()
         self.close_listeners: list[Callable[[Channel], None]] = []
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self.requests = 0
         self.errors = 0
@@ -49,21 +49,23 @@ class RemotingServer:
 
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self, host: str, port: int) -> None:
+        """Listen on ``host:port``; call again for another port served by the same processors."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self._new_channel, host, port, reuse_address=True)
+        server = await loop.create_server(self._new_channel, host, port, reuse_address=True)
+        self._servers.append(server)
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for channel in list(self.channels):
             channel.close()
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
-            self._server = None
+        for server in self._servers:
+            await server.wait_closed()
+        self._servers.clear()
 
     def _new_channel(self) -> Channel:
         channel = Channel(self, frame_max=self.frame_max, on_close=self._channel_closed)

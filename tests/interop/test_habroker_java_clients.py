@@ -1,0 +1,230 @@
+"""habroker under the real Java client and mqadmin: the oracle's scenarios, run against us.
+
+tests/interop/test_java_oracle.py shows what a real RocketMQ 4.9.7 master and slave do for every
+send mode, the lite-pull and push consumers (rebalancing, retries, %DLQ%) and mqadmin's tables.
+The same test functions run here, unchanged, against a habroker SYNC master and slave in a
+private network namespace, with the group itself as the name server (``namesrvAddr`` = the
+master's client port: habroker answers the name server's requests for its own group).
+Scenarios that need more than the oracle shows (redirection to the slave, restarts, admin
+commands the oracle does not run, a Java slave of a habroker master) follow below.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+from habroker.local import LocalGroup
+
+from tests.interop.rocketmq_java import NetNS, events_of, run_driver, run_mqadmin, summary
+from tests.interop.test_java_oracle import (  # the oracle's scenarios, collected again here
+    V4,
+    JavaGroup,
+    create_topic,
+    produce,
+    sent_ids,
+    test_binary_header_serialization_round_trip,
+    test_every_send_mode_is_read_back_once_with_identical_bytes,
+    test_failed_message_is_retried_then_dead_lettered,
+    test_mqadmin_cluster_list_shows_master_and_slave,
+    test_mqadmin_update_topic_then_list_and_route,
+    test_two_push_consumers_split_the_queues,
+)
+
+pytestmark = pytest.mark.timeout(240)
+
+__all__ = [
+    "test_binary_header_serialization_round_trip",
+    "test_every_send_mode_is_read_back_once_with_identical_bytes",
+    "test_failed_message_is_retried_then_dead_lettered",
+    "test_mqadmin_cluster_list_shows_master_and_slave",
+    "test_mqadmin_update_topic_then_list_and_route",
+    "test_two_push_consumers_split_the_queues",
+]
+
+HABROKER_VERSION = "habroker-0.1.0"
+
+
+@pytest.fixture(scope="module")
+def habroker_group(module_netns: NetNS) -> Iterator[LocalGroup]:
+    ns = module_netns
+    group = ns.local_group(
+        ns.root / "habroker",
+        slaves=1,
+        mode="SYNC",
+        mappedFileSizeCommitLog=16 * 1024 * 1024,
+        # retries come back after 1 s instead of 10 s (the oracle's Java broker: its default)
+        messageDelayLevel="1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s",
+    )
+    group.start()
+    group.wait_replicated()
+    # the slave registers with its master within a round: wait until routes name it
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        status = group.master.status()
+        if any(s.get("brokerId") == 1 for s in status["master"]["slaves"]):
+            break
+        time.sleep(0.2)
+    yield group
+
+
+@pytest.fixture(scope="module")
+def group(module_netns: NetNS, habroker_group: LocalGroup) -> JavaGroup:
+    """What the oracle's scenarios need to know about the group under test."""
+    return JavaGroup(
+        module_netns,
+        habroker_group.master.address,
+        habroker_group.slaves[0].address,
+        namesrv=habroker_group.master.address,
+        version=HABROKER_VERSION,
+        system_topics=frozenset(),
+    )
+
+
+# -- beyond the oracle's scenarios ----------------------------------------------------------------
+
+
+def test_any_broker_of_the_group_answers_routes(group: JavaGroup) -> None:
+    """An application may name the slave as its name server too (the namesrv Service does)."""
+    create_topic(group.ns, "T-via-slave", 2, namesrv=group.namesrv)
+    # a slave that has not copied the topic yet asks its master at once, so no wait is needed
+    out = run_mqadmin(group.ns, V4, "topicRoute", "-n", group.slave_address, "-t", "T-via-slave")
+    assert group.master_address in out and group.slave_address in out, out
+    events = produce(group.ns, "T-via-slave", "--count", "5", "--id-prefix", "vs-",
+                     namesrv=group.slave_address)  # fmt: skip
+    assert summary(events)["sendOk"] == 5
+    for send in events_of(events, "send"):
+        assert send["status"] == "SEND_OK"
+
+
+def test_consumer_restarts_from_its_committed_offset(group: JavaGroup) -> None:
+    ns, topic, grp = group.ns, "T-restart", "g-restart"
+    create_topic(ns, topic, 2, namesrv=group.namesrv)
+    first = sent_ids(
+        produce(ns, topic, "--count", "10", "--id-prefix", "a-", namesrv=group.namesrv)
+    )
+    events = run_driver(ns, V4, "lite-pull", "--namesrv", group.namesrv, "--topic", topic,
+                        "--group", grp, "--expect", "10", "--timeout-s", "45")  # fmt: skip
+    assert {m["id"] for m in events_of(events, "message")} == set(first)
+    time.sleep(6)  # the lite pull consumer commits every 5 s and at shutdown
+    second = sent_ids(
+        produce(ns, topic, "--count", "7", "--id-prefix", "b-", namesrv=group.namesrv)
+    )
+    events = run_driver(ns, V4, "lite-pull", "--namesrv", group.namesrv, "--topic", topic,
+                        "--group", grp, "--expect", "7", "--timeout-s", "45")  # fmt: skip
+    again = Counter(m["id"] for m in events_of(events, "message"))
+    assert again == Counter(dict.fromkeys(second, 1)), "restarted consumer re-read or skipped"
+
+
+def test_mqadmin_status_progress_and_message_lookup(group: JavaGroup) -> None:
+    ns, topic, grp = group.ns, "T-admin2", "g-admin2"
+    create_topic(ns, topic, 2, namesrv=group.namesrv)
+    sends = sent_ids(
+        produce(ns, topic, "--count", "6", "--id-prefix", "ad-", namesrv=group.namesrv)
+    )
+    run_driver(ns, V4, "lite-pull", "--namesrv", group.namesrv, "--topic", topic, "--group", grp,
+               "--expect", "6", "--timeout-s", "45")  # fmt: skip
+
+    status = run_mqadmin(ns, V4, "topicStatus", "-n", group.namesrv, "-t", topic)
+    assert "broker-a" in status, status
+    broker_status = run_mqadmin(
+        ns, V4, "brokerStatus", "-n", group.namesrv, "-b", group.master_address
+    )
+    assert "brokerVersionDesc" in broker_status and HABROKER_VERSION in broker_status
+    assert "msgPutTotalTodayNow" in broker_status
+
+    deadline = time.monotonic() + 20
+    while True:
+        progress = run_mqadmin(ns, V4, "consumerProgress", "-n", group.namesrv, "-g", grp)
+        if "Diff Total: 0" in progress or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert topic in progress and "Diff Total: 0" in progress, progress
+
+    send = next(iter(sends.values()))
+    found = run_mqadmin(ns, V4, "queryMsgById", "-n", group.namesrv, "-i", send["offsetMsgId"])
+    assert topic in found, found
+    assert send["ids"][0] in found, found
+
+    out = run_mqadmin(
+        ns, V4, "deleteTopic", "-n", group.namesrv, "-c", "DefaultCluster", "-t", topic
+    )
+    assert "delete topic [" in out and "success" in out, out
+    topics = run_mqadmin(ns, V4, "topicList", "-n", group.namesrv).split()
+    assert topic not in topics
+
+
+# -- a Java slave of a habroker master --------------------------------------------------------------
+
+
+def test_java_slave_copies_metadata_from_a_habroker_master(netns: NetNS) -> None:
+    """A RocketMQ 4.9.7 SLAVE whose name server is the habroker master: it registers
+    (REGISTER_BROKER), learns its master's client and HA addresses from the answer, replicates
+    the commit log and copies topics, subscription groups and consumer offsets with its own
+    SlaveSynchronize (GET_ALL_* requests)."""
+    from tests.interop.rocketmq_java import BrokerSpec, JavaBroker, loads_fastjson
+
+    master = netns.local_broker(
+        netns.root / "habroker-master",
+        brokerRole="ASYNC_MASTER",
+        mappedFileSizeCommitLog=64 * 1024 * 1024,  # the Java slave's file size
+        listenPort=10911,
+        fastListenPort=-1,  # 10909: a Java slave copies metadata through the VIP channel
+    )
+    master.start()
+    namesrv = master.address
+    create_topic(netns, "T-js", 2, namesrv=namesrv)
+    run_mqadmin(netns, V4, "updateSubGroup", "-n", namesrv, "-b", master.address, "-g", "g-js",
+                "-r", "5")  # fmt: skip
+    sends = sent_ids(produce(netns, "T-js", "--count", "8", "--id-prefix", "js-", namesrv=namesrv))
+    run_driver(netns, V4, "lite-pull", "--namesrv", namesrv, "--topic", "T-js", "--group", "g-js",
+               "--expect", "8", "--timeout-s", "45")  # fmt: skip
+
+    slave = JavaBroker(
+        netns, V4, netns.root / "java-slave",
+        BrokerSpec(broker_id=1, role="SLAVE", namesrv_addr=namesrv, listen_port=10921,
+                   extra={"mappedFileSizeCommitLog": 64 * 1024 * 1024}),
+    )  # fmt: skip
+    slave.start()
+    config = slave.store_dir / "config"
+
+    def copied() -> dict[str, object] | None:
+        try:
+            topics = loads_fastjson((config / "topics.json").read_text())
+            groups = loads_fastjson((config / "subscriptionGroup.json").read_text())
+            offsets = loads_fastjson((config / "consumerOffset.json").read_text())
+        except (OSError, ValueError):
+            return None
+        if "T-js" not in topics.get("topicConfigTable", {}):
+            return None
+        if "g-js" not in groups.get("subscriptionGroupTable", {}):
+            return None
+        if "T-js@g-js" not in offsets.get("offsetTable", {}):
+            return None
+        return {"topics": topics, "groups": groups, "offsets": offsets}
+
+    deadline = time.monotonic() + 60
+    got = copied()
+    while got is None and time.monotonic() < deadline:
+        time.sleep(1)
+        got = copied()
+    assert got is not None, f"the Java slave copied nothing in 60 s:\n{slave.tail_log()}"
+    assert got["topics"]["topicConfigTable"]["T-js"]["readQueueNums"] == 2  # type: ignore[index]
+    assert got["groups"]["subscriptionGroupTable"]["g-js"]["retryMaxTimes"] == 5  # type: ignore[index]
+    assert sum(got["offsets"]["offsetTable"]["T-js@g-js"].values()) == len(sends)  # type: ignore[index]
+
+    # it replicates too: the master sees a slave acknowledging everything it has
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        status = master.status()
+        slaves = status["master"]["slaves"]
+        if slaves and slaves[0]["ackOffset"] == status["maxOffset"]:
+            break
+        time.sleep(0.5)
+    assert slaves and slaves[0]["ackOffset"] == status["maxOffset"] > 0, status
+    # and routes now name it, as brokerId 1
+    route = loads_fastjson(run_mqadmin(netns, V4, "topicRoute", "-n", namesrv, "-t", "T-js"))
+    assert route["brokerDatas"][0]["brokerAddrs"] == {"0": master.address, "1": slave.address}
+    slave.stop()
