@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Callable, Coroutine
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pytest
@@ -32,19 +34,47 @@ from tests.interop.rocketmq_java import (
     expected_body,
     run_driver,
 )
-from tests.interop.test_java_oracle import (  # noqa: F401 - the module's Java group fixture
-    NAMESRV,
-    V4,
-    V5,
-    JavaGroup,
-    create_topic,
-    group,
-    produce,
-)
 
 pytestmark = pytest.mark.timeout(300)
 
 T = TypeVar("T")
+V4 = "4.9.7"
+V5 = "5.3.1"
+NAMESRV = "127.0.0.1:9876"
+
+
+@dataclass
+class JavaGroup:
+    ns: NetNS
+    master: JavaBroker
+    slave: JavaBroker
+
+
+@pytest.fixture(scope="module")
+def group(module_netns: NetNS) -> Iterator[JavaGroup]:
+    """Java name server + SYNC_MASTER + SLAVE (4.9.7), booted once for the module."""
+    ns = module_netns
+    JavaNameServer(ns, ns.root / "namesrv").start()
+    master = JavaBroker(ns, V4, ns.root / "master", BrokerSpec(role="SYNC_MASTER"))
+    slave = JavaBroker(
+        ns,
+        V4,
+        ns.root / "slave",
+        BrokerSpec(
+            broker_id=1, role="SLAVE", listen_port=10921, ha_master_address=master.ha_address
+        ),
+    )
+    master.start(wait=False)
+    slave.start(wait=False)
+    master.wait_booted()
+    slave.wait_booted()
+    # SYNC sends answer SEND_OK only once the slave holds its HA connection
+    port = master.spec.listen_port + 1
+    deadline = time.monotonic() + 60
+    while not ns.run(["ss", "-Htn", "state", "established", f"( sport = :{port} )"]).stdout.strip():
+        assert time.monotonic() < deadline, f"no HA connection:\n{master.tail_log()}"
+        time.sleep(0.3)
+    yield JavaGroup(ns, master, slave)
 
 
 def in_ns(ns: NetNS, scenario: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -52,7 +82,7 @@ def in_ns(ns: NetNS, scenario: Callable[[], Coroutine[Any, Any, T]]) -> T:
     return ns.call(lambda: asyncio.run(scenario()), timeout=180)
 
 
-def test_python_producer_to_java_lite_pull_consumer(group: JavaGroup) -> None:  # noqa: F811
+def test_python_producer_to_java_lite_pull_consumer(group: JavaGroup) -> None:
     topic = "PyToJava"
 
     async def send() -> tuple[list[str], dict[str, Any]]:
@@ -115,11 +145,16 @@ def test_python_producer_to_java_lite_pull_consumer(group: JavaGroup) -> None:  
         assert m["sha256"] == hashlib.sha256(f"batched {i}".encode()).hexdigest()
 
 
-def test_java_producer_to_python_consumer_and_admin(group: JavaGroup) -> None:  # noqa: F811
+def test_java_producer_to_python_consumer_and_admin(group: JavaGroup) -> None:
     topic = "JavaToPy"
-    create_topic(group.ns, topic, 4)
-    events = produce(
-        group.ns, topic, "--count", "12", "--mode", "sync", "--size", "6000", "--body", "text",
+
+    async def create() -> None:
+        async with MQAdmin(NAMESRV) as admin:
+            await admin.create_topic(topic, 4)
+
+    in_ns(group.ns, create)
+    events = run_driver(
+        group.ns, V4, "produce", "--namesrv", NAMESRV, "--topic", topic, "--count", "12", "--mode", "sync", "--size", "6000", "--body", "text",
         "--tags", "x,y", "--keys-prefix", "key", "--id-prefix", "j",
     )  # fmt: skip
     sends = events_of(events, "send")
