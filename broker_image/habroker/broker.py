@@ -33,6 +33,7 @@ from habroker.read_policy import (
     suggest_which_broker,
     total_physical_memory,
 )
+from habroker.registration import NameServerRegistration
 from habroker.route_info import RouteInfoManager
 from habroker.schedule import BadDelayLevel, ScheduleMessageService
 from habroker.slave_sync import SlaveSynchronize
@@ -84,6 +85,7 @@ class BrokerController:
         self.master_http_address = ""
         self.registered_master_address = ""  # masterAddr from our last REGISTER_BROKER answer
         self.routes = RouteInfoManager(self)
+        self.registration = NameServerRegistration(self)
         self.started_at = time.monotonic()
         self.ready = False
         self._round_robin: dict[str, int] = {}

@@ -76,6 +76,7 @@ class BrokerConfig:
     brokerRole: BrokerRole = BrokerRole.ASYNC_MASTER
     brokerIP1: str = "127.0.0.1"
     namesrvAddr: str = ""  # name servers to register with, ``host:port;host:port``
+    registerNameServerPeriod: int = 30000  # ms; RocketMQ clamps it to 10..60 s
     # network
     bindAddress: str = "127.0.0.1"
     listenPort: int = 10911
@@ -141,7 +142,7 @@ class BrokerConfig:
         "syncFlushTimeout",
     )
     # fields that are stored but have no effect yet: warned about like unimplemented keys
-    NOT_YET_EFFECTIVE: ClassVar[tuple[str, ...]] = ("namesrvAddr",)
+    NOT_YET_EFFECTIVE: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
         self.validate()

@@ -17,10 +17,10 @@ import asyncio
 import contextlib
 import logging
 import time
-import zlib
 from typing import TYPE_CHECKING, Any
 
 from habroker import fastjson
+from habroker.registration import register_header
 from habroker.remoting.channel import RemotingError
 from habroker.remoting.client import BrokerResponseError, RemotingClient
 from habroker.remoting.codes import RequestCode, ResponseCode
@@ -131,22 +131,11 @@ class SlaveSynchronize:
         """REGISTER_BROKER with the master, which serves the group's routes."""
         broker = self.broker
         cfg = broker.config
-        payload = fastjson.dumps(
-            {"filterServerList": [], "topicConfigSerializeWrapper": broker.topics.to_json()}
-        ).encode()
-        header: dict[str, Any] = {
-            "brokerName": cfg.brokerName,
-            "brokerAddr": broker.address,
-            "clusterName": cfg.brokerClusterName,
-            "haServerAddr": f"{cfg.brokerIP1}:{cfg.haListenPort}",
-            "brokerId": cfg.brokerId,
-            "compressed": False,
-            "bodyCrc32": zlib.crc32(payload) & 0x7FFFFFFF,
-            "httpAddress": f"{cfg.brokerIP1}:{cfg.httpListenPort}",
-        }
+        extra = {"httpAddress": f"{cfg.brokerIP1}:{cfg.httpListenPort}"}
         local = self._ha_local_address()
         if local:
-            header["haClientAddress"] = local
+            extra["haClientAddress"] = local
+        header, payload = register_header(broker, extra)
         answer = await self.client.invoke(master, RequestCode.REGISTER_BROKER, header, payload)
         if answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
             return  # a Java master: it is no name server; routes then come from a real one

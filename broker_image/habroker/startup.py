@@ -36,8 +36,11 @@ class BrokerStartup:
             await self.remoting.stop()
             await self.broker.stop()
             raise
+        # name servers route clients here only once both listeners answer
+        self.broker.registration.start()
 
     async def stop(self) -> None:
+        await self.broker.registration.stop()  # UNREGISTER_BROKER: clients go elsewhere first
         if self.http is not None:
             await self.http.cleanup()
         await self.remoting.stop()

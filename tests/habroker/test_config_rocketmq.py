@@ -58,7 +58,6 @@ messageDelayLevel=1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h
 
 INERT = [
     "abortFile",
-    "namesrvAddr",
     "pullMessageThreadPoolNums",
     "sendMessageThreadPoolNums",
     "storeCheckpoint",
@@ -82,11 +81,11 @@ def test_a_typical_rocketmq_broker_properties_loads(tmp_path, caplog):
     assert cfg.commit_log_dir == tmp_path / "store" / "commitlog"
     assert cfg.autoCreateSubscriptionGroup is True
     assert len(cfg.delay_levels_ms) == 18 and cfg.delay_levels_ms[-1] == 7_200_000
-    # namesrvAddr is stored for the name-server registration
+    # namesrvAddr takes effect: the broker registers with those name servers
     assert cfg.namesrvAddr == "rocketmq-nameserver1:9876;rocketmq-nameserver2:9876"
     # the rest is kept as written, and named in exactly one warning line
     assert cfg.unimplemented["sendMessageThreadPoolNums"] == "128"
-    assert sorted({*cfg.unimplemented, "namesrvAddr"}) == INERT
+    assert sorted(cfg.unimplemented) == INERT
     lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(lines) == 1, lines
     assert lines[0].endswith("(no effect): " + ", ".join(INERT))
@@ -262,7 +261,7 @@ def test_serve_starts_on_a_java_store_with_a_rocketmq_config(broker_factory, tmp
     log = broker.log_path.read_text()
     warnings = [line for line in log.splitlines() if "accepted but not implemented" in line]
     assert len(warnings) == 1 and "WARNING" in warnings[0]
-    assert warnings[0].endswith(": namesrvAddr, sendMessageThreadPoolNums, storePathIndex")
+    assert warnings[0].endswith(": sendMessageThreadPoolNums, storePathIndex")
     assert "maxMessageSize=4194304 does not fit" in log
     code, _ = broker.request("PUT", "/v1/consumer-offsets/g9/TopicTest/1", {"offset": 42})
     assert code == 200

@@ -12,11 +12,12 @@ commands the oracle does not run, a Java slave of a habroker master) follow belo
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 
 import pytest
-from habroker.local import LocalGroup
+from habroker.local import LocalBroker, LocalGroup
 
 from tests.interop.rocketmq_java import NetNS, events_of, run_driver, run_mqadmin, summary
 from tests.interop.test_java_oracle import (  # the oracle's scenarios, collected again here
@@ -228,3 +229,119 @@ def test_java_slave_copies_metadata_from_a_habroker_master(netns: NetNS) -> None
     route = loads_fastjson(run_mqadmin(netns, V4, "topicRoute", "-n", namesrv, "-t", "T-js"))
     assert route["brokerDatas"][0]["brokerAddrs"] == {"0": master.address, "1": slave.address}
     slave.stop()
+
+
+# -- read redirection ------------------------------------------------------------------------------
+
+
+def pulled_messages(ns: NetNS, broker: LocalBroker) -> int:
+    """habroker_pull_messages_total from the broker's /metrics."""
+
+    def fetch() -> str:
+        with urllib.request.urlopen(f"http://{broker.http_address}/metrics", timeout=5) as resp:
+            return str(resp.read().decode())
+
+    for line in ns.call(fetch).splitlines():
+        if line.startswith("habroker_pull_messages_total"):
+            return int(float(line.rsplit(" ", 1)[1]))
+    raise AssertionError("no habroker_pull_messages_total in /metrics")
+
+
+def test_a_slow_consumer_reads_its_backlog_from_the_slave(netns: NetNS) -> None:
+    """suggestWhichBrokerId sends a Java consumer whose backlog is cold to the slave; once it has
+    caught up it is sent back to the master.  The brokers' own counters say who served what."""
+    group = netns.local_group(
+        netns.root / "redirect",
+        slaves=1,
+        mode="SYNC",
+        mappedFileSizeCommitLog=16 * 1024 * 1024,
+        slaveReadEnable=True,
+        # "memory" of 2 MiB: a backlog over 40 % of it is cold (RocketMQ's rule, scaled down)
+        totalPhysicalMemorySize=2 * 1024 * 1024,
+    )
+    group.start()
+    group.wait_replicated()
+    master, slave = group.master, group.slaves[0]
+    namesrv = master.address
+    create_topic(netns, "T-cold", 1, namesrv=namesrv)
+    sends = sent_ids(produce(netns, "T-cold", "--count", "3000", "--size", "1024",
+                             "--id-prefix", "c-", namesrv=namesrv))  # fmt: skip
+    assert len(sends) == 3000
+    group.wait_replicated()
+    before = (pulled_messages(netns, master), pulled_messages(netns, slave))
+    events = run_driver(netns, V4, "lite-pull", "--namesrv", namesrv, "--topic", "T-cold",
+                        "--group", "g-cold", "--expect", "3000", "--timeout-s", "90")  # fmt: skip
+    messages = events_of(events, "message")
+    assert Counter(m["id"] for m in messages) == Counter(dict.fromkeys(sends, 1))
+    from_master = pulled_messages(netns, master) - before[0]
+    from_slave = pulled_messages(netns, slave) - before[1]
+    print(f"3000 messages read: {from_slave} served by the slave, {from_master} by the master")
+    # most of the 3 MB backlog is cold: the slave served it; the warm tail came from the master
+    assert from_slave >= 1500, (from_master, from_slave)
+    assert from_master >= 1, (from_master, from_slave)
+    # new messages, now that the consumer is caught up, are read from the master again
+    produce(netns, "T-cold", "--count", "20", "--id-prefix", "w-", namesrv=namesrv)
+    before = (pulled_messages(netns, master), pulled_messages(netns, slave))
+    events = run_driver(netns, V4, "lite-pull", "--namesrv", namesrv, "--topic", "T-cold",
+                        "--group", "g-cold", "--expect", "20", "--timeout-s", "60")  # fmt: skip
+    assert {m["id"] for m in events_of(events, "message")} == {f"w-{i}" for i in range(20)}
+    assert pulled_messages(netns, master) - before[0] >= 20
+    assert pulled_messages(netns, slave) - before[1] == 0
+
+
+# -- a habroker group behind a real RocketMQ NameServer ----------------------------------------------
+
+
+def test_habroker_group_registers_with_a_java_name_server(netns: NetNS) -> None:
+    """namesrvAddr: master and slave register with a real 4.9.7 NameServer; the slave is given no
+    haMasterAddress and finds its master through the name server's answer, as a Java slave does.
+    Java clients that know only the name server then produce and consume through the group."""
+    from tests.interop.rocketmq_java import JavaNameServer, cluster_list
+
+    namesrv = JavaNameServer(netns, netns.root / "namesrv").start()
+    master = netns.local_broker(
+        netns.root / "m", brokerRole="SYNC_MASTER", namesrvAddr=namesrv.address,
+        mappedFileSizeCommitLog=16 * 1024 * 1024,
+    )  # fmt: skip
+    master.start()
+    slave = netns.local_broker(
+        netns.root / "s", brokerRole="SLAVE", brokerId=1, namesrvAddr=namesrv.address,
+        registerNameServerPeriod=10000, mappedFileSizeCommitLog=16 * 1024 * 1024,
+    )  # fmt: skip
+    slave.start(wait=False)
+    deadline = time.monotonic() + 30
+    rows: list = []
+    while time.monotonic() < deadline:
+        rows = cluster_list(run_mqadmin(netns, V4, "clusterList", "-n", namesrv.address))
+        if {(r.broker_id, r.address) for r in rows} == {(0, master.address), (1, slave.address)}:
+            break
+        time.sleep(1)
+    assert {(r.broker_id, r.address, r.version) for r in rows} == {
+        (0, master.address, HABROKER_VERSION),
+        (1, slave.address, HABROKER_VERSION),
+    }, rows
+    slave.wait_healthy(30)
+    assert slave.status()["slave"]["masterAddress"] == master.ha_address
+    create_topic(netns, "T-ns", 2, namesrv=namesrv.address)
+    # the topic reaches the name server with the next registration (as with a Java broker)
+    deadline = time.monotonic() + 40
+    while True:
+        try:
+            run_mqadmin(netns, V4, "topicRoute", "-n", namesrv.address, "-t", "T-ns")
+            break
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+    sends = sent_ids(produce(netns, "T-ns", "--count", "12", "--id-prefix", "ns-",
+                             namesrv=namesrv.address))  # fmt: skip
+    assert all(s["status"] == "SEND_OK" for s in sends.values())  # SYNC: the slave acknowledged
+    events = run_driver(netns, V4, "lite-pull", "--namesrv", namesrv.address, "--topic", "T-ns",
+                        "--group", "g-ns", "--expect", "12", "--timeout-s", "45")  # fmt: skip
+    assert Counter(m["id"] for m in events_of(events, "message")) == Counter(
+        dict.fromkeys(sends, 1)
+    )
+    # a stopped broker unregisters: the name server forgets it at once
+    slave.stop()
+    rows = cluster_list(run_mqadmin(netns, V4, "clusterList", "-n", namesrv.address))
+    assert {(r.broker_id, r.address) for r in rows} == {(0, master.address)}
