@@ -1,13 +1,18 @@
-"""``habroker``: run a broker, produce, consume, inspect.
+"""``habroker``: run a broker, produce, consume, administer, inspect.
+
+Everything but ``serve`` and ``status`` speaks RocketMQ's remoting protocol and finds brokers
+through ``--namesrv`` (a broker of the group, or a RocketMQ name server), so it works against
+Java RocketMQ as well; ``status`` reads habroker's HTTP API (``--http``).
 
 habroker serve --config broker.conf
-habroker topic create orders --queues 4 --broker 127.0.0.1:10913
+habroker topic create orders --queues 4 --namesrv 127.0.0.1:10911
 habroker produce --topic orders --count 100000 --size 1024 --batch 32
 seq 10 | habroker produce --topic orders
 habroker consume --topic orders --group g1 --from earliest --count 10
-habroker status --broker 127.0.0.1:10913
-
---broker names a broker's HTTP API (httpListenPort, default 10913), or $HABROKER_ADDRESS.
+habroker consumer progress --group g1
+habroker offset reset --group g1 --topic orders --to 2024-05-01T12:00:00
+habroker message view --id 7F00000100002A9F0000000000000000
+habroker status --http 127.0.0.1:10913
 """
 
 from __future__ import annotations
@@ -15,19 +20,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import datetime as dt
 import json
 import logging
 import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
-from typing import Any, TextIO
+from collections.abc import Coroutine, Iterator
+from typing import TYPE_CHECKING, Any, TextIO
 
 from habroker import __version__
 from habroker.config import BrokerConfig, ConfigError
 
-DEFAULT_BROKER = os.environ.get("HABROKER_ADDRESS", "127.0.0.1:10913")  # httpListenPort
+if TYPE_CHECKING:
+    from habroker.message import MessageExt
+
+DEFAULT_NAMESRV = os.environ.get("HABROKER_NAMESRV", "127.0.0.1:10911")
+DEFAULT_HTTP = os.environ.get(
+    "HABROKER_HTTP", os.environ.get("HABROKER_ADDRESS", "127.0.0.1:10913")
+)  # httpListenPort
 
 
 def _overrides(pairs: list[str]) -> dict[str, str]:
@@ -122,30 +134,48 @@ def _payloads(args: argparse.Namespace) -> Iterator[bytes]:
             yield line.rstrip(b"\n")
 
 
+def _remoting(command: str, coro: Coroutine[Any, Any, int]) -> int:
+    """Run a remoting command: a refusal, a missing topic or an unreachable broker is one line
+    on stderr and exit status 1, never a traceback."""
+    from habroker.client import MQClientError
+
+    try:
+        return asyncio.run(coro)
+    except (MQClientError, ValueError) as exc:
+        print(f"habroker {command}: {exc}", file=sys.stderr)
+        return 1
+
+
 def cmd_produce(args: argparse.Namespace) -> int:
-    return asyncio.run(_produce(args))
+    return _remoting("produce", _produce(args))
 
 
 async def _produce(args: argparse.Namespace) -> int:
-    from habroker.client import AsyncProducer, BrokerAPIError, OutgoingMessage
+    from habroker.client import MQClientError, MQProducer, OutgoingMessage
 
     progress = Progress(args.count)
     statuses: dict[str, int] = {}
     queue: asyncio.Queue[list[bytes] | None] = asyncio.Queue(maxsize=args.producers * 2)
     failures: list[str] = []
 
-    async def worker(producer: AsyncProducer) -> None:
+    async def worker(producer: MQProducer) -> None:
         while (batch := await queue.get()) is not None:
-            msgs = [OutgoingMessage(b, tags=args.tags) for b in batch]
+            if failures:
+                continue
+            msgs = [OutgoingMessage(b, tags=args.tags, keys=args.keys) for b in batch]
             try:
-                res = await producer.send_batch(args.topic, msgs, queue_id=args.queue_id)
-            except (BrokerAPIError, OSError) as exc:
+                if len(msgs) == 1:
+                    res = await producer.send(args.topic, msgs[0], queue=args.queue_id)
+                else:
+                    res = await producer.send_batch(args.topic, msgs, queue=args.queue_id)
+            except MQClientError as exc:
                 failures.append(str(exc))
                 continue
-            statuses[res.status] = statuses.get(res.status, 0) + res.count
+            statuses[res.status.value] = statuses.get(res.status.value, 0) + res.count
             progress.update(res.count, sum(len(b) for b in batch))
 
-    async with AsyncProducer(args.broker) as producer:
+    async with MQProducer(args.namesrv, args.group) as producer:
+        await producer.instance.routes.get(args.topic)  # a missing topic fails here, once
         workers = [asyncio.create_task(worker(producer)) for _ in range(args.producers)]
         batch: list[bytes] = []
         for body in _payloads(args):
@@ -173,59 +203,95 @@ async def _produce(args: argparse.Namespace) -> int:
 
 # -- consume ---------------------------------------------------------------------------------
 def cmd_consume(args: argparse.Namespace) -> int:
-    return asyncio.run(_consume(args))
+    return _remoting("consume", _consume(args))
+
+
+def _message_json(m: MessageExt, broker_id: int) -> dict[str, Any]:
+    return {
+        "topic": m.topic,
+        "queueId": m.queue_id,
+        "queueOffset": m.queue_offset,
+        "commitLogOffset": m.commit_log_offset,
+        "storeTimestamp": m.store_timestamp,
+        "bornTimestamp": m.born_timestamp,
+        "msgId": m.uniq_key or m.msg_id,
+        "offsetMsgId": m.msg_id,
+        "tags": m.tags,
+        "keys": m.keys,
+        "properties": m.properties,
+        "brokerId": broker_id,
+        # as stored: COMPRESSED (0x1) says the body was decompressed
+        "sysFlag": m.sys_flag,
+        "body": m.body.decode("utf-8", errors="replace"),
+    }
 
 
 async def _consume(args: argparse.Namespace) -> int:
-    from habroker.client import PullConsumer
+    from habroker.client import MQPullConsumer
 
-    consumer = PullConsumer(
-        args.broker, args.group, args.topic, start=args.start_from, max_msgs=args.max
-    )
     seen = 0
-    idle_since = time.monotonic()
     out = sys.stdout
-    async with consumer:
+    async with MQPullConsumer(
+        args.namesrv, args.group, pull_batch_size=args.max, long_polling_timeout=args.long_poll
+    ) as consumer:
+        queues = await consumer.fetch_message_queues(args.topic)
+        if args.queue_id is not None:
+            queues = [mq for mq in queues if mq.queue_id == args.queue_id]
+            if not queues:
+                raise ValueError(f"topic {args.topic!r} has no queue {args.queue_id}")
+        await consumer.assign(queues, args.tags or "*")
+        start = args.start_from
+        for mq in queues:
+            if start == "earliest":
+                await consumer.seek_to_begin(mq)
+            elif start == "latest":
+                await consumer.seek_to_end(mq)
+            elif start != "committed":
+                await consumer.seek_to_timestamp(mq, parse_time(start))
         while args.count is None or seen < args.count:
-            messages = await consumer.poll()
-            if not messages:
-                if not args.follow and time.monotonic() - idle_since > args.idle_timeout:
-                    break
-                await asyncio.sleep(0.1)
-                continue
-            idle_since = time.monotonic()
-            for m in messages:
+            batch = await consumer.poll_batch(timeout=3600.0 if args.follow else args.idle_timeout)
+            if batch is None:
+                if args.follow:
+                    continue
+                break
+            for m in batch.messages:
                 if args.count is not None and seen >= args.count:
                     # stop mid-batch: the group's position is just after what was printed
-                    consumer.seek(m.queue_id, m.queue_offset)
+                    await consumer.seek(batch.message_queue, m.queue_offset)
                     break
                 seen += 1
                 if args.format == "json":
-                    out.write(
-                        json.dumps(
-                            {
-                                "topic": m.topic,
-                                "queueId": m.queue_id,
-                                "queueOffset": m.queue_offset,
-                                "commitLogOffset": m.commit_log_offset,
-                                "storeTimestamp": m.store_timestamp,
-                                "msgId": m.msg_id,
-                                "properties": m.properties,
-                                "brokerId": consumer.served_by.get(m.queue_id, 0),
-                                # as stored: COMPRESSED (0x1) says the body was decompressed
-                                "sysFlag": m.sys_flag,
-                                "body": m.body.decode("utf-8", errors="replace"),
-                            }
-                        )
-                        + "\n"
-                    )
+                    out.write(json.dumps(_message_json(m, batch.broker_id)) + "\n")
                 else:
                     out.write(m.body.decode("utf-8", errors="replace") + "\n")
             if not args.no_commit:
                 await consumer.commit()
+        if not args.no_commit:
+            await consumer.commit()
+        error = consumer.last_error
     out.flush()
     print(f"consumed {seen} message(s)", file=sys.stderr)
+    if seen == 0 and error is not None:
+        print(f"habroker consume: {error}", file=sys.stderr)
+        return 1
     return 0
+
+
+def parse_time(text: str) -> int:
+    """Epoch milliseconds, or an ISO 8601 time (local time when it names no zone)."""
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is not a time: use epoch milliseconds or ISO 8601 "
+            "(2024-05-01T12:00:00, 2024-05-01T12:00:00+00:00)"
+        ) from None
+    if when.tzinfo is None:
+        when = when.astimezone()
+    return int(when.timestamp() * 1000)
 
 
 # -- status / topics -------------------------------------------------------------------------
@@ -269,11 +335,18 @@ def _print_status(st: dict[str, Any]) -> None:
 def cmd_status(args: argparse.Namespace) -> int:
     from habroker.client import BrokerConnection
 
-    conn = BrokerConnection(args.broker, timeout=5)
+    conn = BrokerConnection(args.http, timeout=5)
     try:
         st = conn.json("GET", "/v1/status")
     except OSError as exc:
-        print(f"habroker status: cannot reach {args.broker}: {exc}", file=sys.stderr)
+        print(f"habroker status: cannot reach {args.http}: {exc}", file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        print(
+            f"habroker status: {args.http} did not answer as habroker's HTTP API ({exc}); "
+            "is it the httpListenPort?",
+            file=sys.stderr,
+        )
         return 1
     finally:
         conn.close()
@@ -284,33 +357,182 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_topic(args: argparse.Namespace) -> int:
-    from habroker.client import BrokerAPIError, BrokerConnection
+# -- admin (remoting) ------------------------------------------------------------------------
+def _ms(stamp: int) -> str:
+    if stamp <= 0:
+        return "-"
+    return dt.datetime.fromtimestamp(stamp / 1000).astimezone().isoformat(timespec="milliseconds")
 
-    conn = BrokerConnection(args.broker, timeout=5)
-    try:
+
+def cmd_topic(args: argparse.Namespace) -> int:
+    return _remoting("topic", _topic(args))
+
+
+async def _topic(args: argparse.Namespace) -> int:
+    from habroker.client import MQAdmin
+
+    async with MQAdmin(args.namesrv) as admin:
         if args.action == "create":
-            res = conn.json(
-                "POST",
-                "/v1/topics",
-                {"topic": args.name, "readQueueNums": args.queues, "writeQueueNums": args.queues},
+            where = await admin.create_topic(
+                args.name, args.queues, cluster=args.cluster, broker_addr=args.broker_addr
             )
-            print(json.dumps(res))
-        else:
-            for name, cfg in conn.json("GET", "/v1/topics")["topicConfigTable"].items():
-                print(f"{name}\tqueues={cfg['writeQueueNums']}\tperm={cfg['perm']}")
-    except BrokerAPIError as exc:
-        print(f"habroker topic: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        conn.close()
+            print(f"created topic {args.name} ({args.queues} queues) on {', '.join(where)}")
+        elif args.action == "delete":
+            where = await admin.delete_topic(args.name, cluster=args.cluster)
+            print(f"deleted topic {args.name} on {', '.join(where)}")
+        elif args.action == "list":
+            for name in await admin.topic_list():
+                print(name)
+        elif args.action == "route":
+            route = await admin.topic_route(args.name)
+            for q in route.queues:
+                b = route.broker(q.broker_name)
+                addrs = ", ".join(f"{i}={a}" for i, a in sorted((b.addrs if b else {}).items()))
+                print(
+                    f"{q.broker_name}\tread={q.read_queue_nums}\twrite={q.write_queue_nums}\t"
+                    f"perm={q.perm}\tbrokers: {addrs}"
+                )
+        else:  # stats
+            print("broker\tqueue\tminOffset\tmaxOffset\tlastUpdate")
+            for st in await admin.topic_stats(args.name):
+                mq = st.message_queue
+                print(
+                    f"{mq.broker_name}\t{mq.queue_id}\t{st.min_offset}\t{st.max_offset}\t"
+                    f"{_ms(st.last_update_timestamp)}"
+                )
+    return 0
+
+
+def cmd_cluster(args: argparse.Namespace) -> int:
+    return _remoting("cluster", _cluster(args))
+
+
+async def _cluster(args: argparse.Namespace) -> int:
+    from habroker.client import MQAdmin
+
+    async with MQAdmin(args.namesrv) as admin:
+        info = await admin.cluster_info()
+        for cluster, names in sorted(info.clusters.items()):
+            for name in names:
+                b = info.brokers.get(name)
+                for broker_id, addr in sorted((b.addrs if b else {}).items()):
+                    print(f"{cluster}\t{name}\t{broker_id}\t{addr}")
+    return 0
+
+
+def cmd_consumer(args: argparse.Namespace) -> int:
+    return _remoting("consumer", _consumer_progress(args))
+
+
+async def _consumer_progress(args: argparse.Namespace) -> int:
+    from habroker.client import MQAdmin
+
+    async with MQAdmin(args.namesrv) as admin:
+        rows = await admin.consumer_progress(args.group, args.topic)
+    if args.json:
+        print(
+            json.dumps(
+                [
+                    {
+                        "topic": p.message_queue.topic,
+                        "brokerName": p.message_queue.broker_name,
+                        "queueId": p.message_queue.queue_id,
+                        "brokerOffset": p.broker_offset,
+                        "consumerOffset": p.consumer_offset,
+                        "lag": p.lag,
+                        "lastTimestamp": p.last_timestamp,
+                    }
+                    for p in rows
+                ]
+            )
+        )
+        return 0
+    print("topic\tbroker\tqueue\tbrokerOffset\tconsumerOffset\tlag\tlastConsumed")
+    for p in rows:
+        mq = p.message_queue
+        print(
+            f"{mq.topic}\t{mq.broker_name}\t{mq.queue_id}\t{p.broker_offset}\t"
+            f"{p.consumer_offset}\t{p.lag}\t{_ms(p.last_timestamp)}"
+        )
+    print(f"total lag: {sum(p.lag for p in rows)}")
+    return 0
+
+
+def cmd_offset(args: argparse.Namespace) -> int:
+    return _remoting("offset", _offset_reset(args))
+
+
+async def _offset_reset(args: argparse.Namespace) -> int:
+    from habroker.client import MQAdmin
+
+    to: str | int = args.to if args.to in ("earliest", "latest") else parse_time(args.to)
+    async with MQAdmin(args.namesrv) as admin:
+        rows = await admin.reset_offsets(args.group, args.topic, to)
+    for r in rows:
+        mq = r.message_queue
+        old = "-" if r.old_offset is None else str(r.old_offset)
+        print(f"{mq.topic}\t{mq.broker_name}\t{mq.queue_id}\t{old} -> {r.new_offset}")
+    print(
+        f"reset {len(rows)} queue(s) of group {args.group}; consumers of the group that are "
+        "running keep their own positions: restart them",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _host(host: tuple[str, int]) -> str:
+    return f"[{host[0]}]:{host[1]}" if ":" in host[0] else f"{host[0]}:{host[1]}"
+
+
+def cmd_message(args: argparse.Namespace) -> int:
+    return _remoting("message", _message_view(args))
+
+
+async def _message_view(args: argparse.Namespace) -> int:
+    from habroker.client import MQAdmin
+
+    async with MQAdmin(args.namesrv) as admin:
+        m = await admin.view_message(args.id)
+    if args.json:
+        print(json.dumps({k: v for k, v in _message_json(m, 0).items() if k != "brokerId"}))
+        return 0
+    for label, value in (
+        ("Topic", m.topic),
+        ("Tags", m.tags or "-"),
+        ("Keys", m.keys or "-"),
+        ("Queue ID", m.queue_id),
+        ("Queue Offset", m.queue_offset),
+        ("CommitLog Offset", m.commit_log_offset),
+        ("Reconsume Times", m.reconsume_times),
+        ("Born Timestamp", _ms(m.born_timestamp)),
+        ("Store Timestamp", _ms(m.store_timestamp)),
+        ("Born Host", _host(m.born_host)),
+        ("Store Host", _host(m.store_host)),
+        ("Msg ID", m.uniq_key or "-"),
+        ("Offset Msg ID", m.msg_id),
+        ("Properties", json.dumps(m.properties, ensure_ascii=False)),
+        ("Body", m.body.decode("utf-8", errors="replace")),
+    ):
+        print(f"{label + ':':<18}{value}")
     return 0
 
 
 # -- parser ----------------------------------------------------------------------------------
+def _namesrv(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--namesrv",
+        default=DEFAULT_NAMESRV,
+        metavar="HOST:PORT[;HOST:PORT]",
+        help="name server(s): any broker of the group (its listenPort) or a RocketMQ name "
+        "server (env HABROKER_NAMESRV; default %(default)s)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="habroker", description="RocketMQ-compatible replication broker."
+        prog="habroker",
+        description="RocketMQ-compatible replication broker. Client commands speak RocketMQ's "
+        "remoting protocol (--namesrv); 'status' reads the HTTP API (--http).",
     )
     parser.add_argument("--version", action="version", version=f"habroker {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -328,14 +550,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "produce", help="send messages from stdin (one per line) or generated payloads"
     )
-    p.add_argument(
-        "--broker",
-        default=DEFAULT_BROKER,
-        help="the master's HTTP API, host:httpListenPort (default %(default)s)",
-    )
+    _namesrv(p)
     p.add_argument("--topic", required=True)
+    p.add_argument("--group", default="habroker-cli", help="producer group (default %(default)s)")
     p.add_argument(
-        "--queue-id", type=int, default=None, help="queue to write (default: broker's round robin)"
+        "--queue-id", type=int, default=None, help="queue to write (default: round robin)"
     )
     p.add_argument(
         "--count",
@@ -347,23 +566,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, default=32, help="messages per request")
     p.add_argument("--producers", type=int, default=1, help="concurrent requests")
     p.add_argument("--tags", default=None)
+    p.add_argument("--keys", default=None, help="message keys, space-separated")
     p.set_defaults(func=cmd_produce)
 
     p = sub.add_parser("consume", help="pull messages as a consumer group")
-    p.add_argument(
-        "--broker",
-        default=DEFAULT_BROKER,
-        help="HTTP API addresses (httpListenPort): host:port (the master) or "
-        "0=host:port,1=host:port (default %(default)s)",
-    )
+    _namesrv(p)
     p.add_argument("--topic", required=True)
     p.add_argument("--group", required=True)
     p.add_argument(
         "--from",
         dest="start_from",
         default="committed",
-        choices=["committed", "earliest", "latest"],
+        metavar="committed|earliest|latest|TIME",
+        help="where to start: the group's committed offsets (default), the first or last "
+        "offset, or a time (epoch ms or ISO 8601)",
     )
+    p.add_argument("--queue-id", type=int, default=None, help="read only this queue")
+    p.add_argument("--tags", default=None, help="tag expression: 'a' or 'a || b' (default all)")
     p.add_argument("--count", type=int, default=None, help="stop after this many messages")
     p.add_argument("--max", type=int, default=32, help="messages per pull")
     p.add_argument("--follow", action="store_true", help="keep waiting for new messages")
@@ -371,37 +590,86 @@ def build_parser() -> argparse.ArgumentParser:
         "--idle-timeout",
         type=float,
         default=2.0,
-        help="without --follow, stop after this idle time",
+        help="without --follow, stop after this idle time in seconds",
+    )
+    p.add_argument(
+        "--long-poll",
+        type=float,
+        default=20.0,
+        help="seconds the broker may hold a pull that finds nothing",
     )
     p.add_argument("--format", default="text", choices=["text", "json"])
     p.add_argument("--no-commit", action="store_true", help="do not store the group's offsets")
     p.set_defaults(func=cmd_consume)
 
-    p = sub.add_parser("status", help="show a broker's offsets and replication state")
+    p = sub.add_parser("status", help="show a broker's offsets and replication state (HTTP API)")
     p.add_argument(
-        "--broker", default=DEFAULT_BROKER, help="HTTP API host:port (default %(default)s)"
+        "--http",
+        "--broker",
+        dest="http",
+        default=DEFAULT_HTTP,
+        help="the broker's HTTP API, host:httpListenPort (env HABROKER_HTTP or "
+        "HABROKER_ADDRESS; default %(default)s)",
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("topic", help="create or list topics")
-    p.add_argument("action", choices=["create", "list"])
+    p = sub.add_parser("topic", help="create, delete, list topics; show a route or queue stats")
+    p.add_argument("action", choices=["create", "delete", "list", "route", "stats"])
     p.add_argument("name", nargs="?")
-    p.add_argument("--queues", type=int, default=4)
+    p.add_argument("--queues", type=int, default=4, help="read and write queues (create)")
     p.add_argument(
-        "--broker",
-        default=DEFAULT_BROKER,
-        help="the master's HTTP API, host:port (default %(default)s)",
+        "--cluster", default=None, help="only this cluster's masters (default: every master)"
     )
+    p.add_argument(
+        "--broker-addr", default=None, help="create on this broker only (host:port, create)"
+    )
+    _namesrv(p)
     p.set_defaults(func=cmd_topic)
+
+    p = sub.add_parser("cluster", help="list broker groups and their members")
+    p.add_argument("action", choices=["list"])
+    _namesrv(p)
+    p.set_defaults(func=cmd_cluster)
+
+    p = sub.add_parser("consumer", help="a consumer group's progress and lag per queue")
+    p.add_argument("action", choices=["progress"])
+    p.add_argument("--group", required=True)
+    p.add_argument("--topic", default=None, help="only this topic")
+    p.add_argument("--json", action="store_true")
+    _namesrv(p)
+    p.set_defaults(func=cmd_consumer)
+
+    p = sub.add_parser(
+        "offset",
+        help="set a group's offsets on every queue of a topic (offline: stop its consumers)",
+    )
+    p.add_argument("action", choices=["reset"])
+    p.add_argument("--group", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument(
+        "--to",
+        required=True,
+        metavar="earliest|latest|TIME",
+        help="earliest, latest, or the first message at or after a time (epoch ms or ISO 8601)",
+    )
+    _namesrv(p)
+    p.set_defaults(func=cmd_offset)
+
+    p = sub.add_parser("message", help="show one message by its offsetMsgId")
+    p.add_argument("action", choices=["view"])
+    p.add_argument("--id", required=True, help="offsetMsgId (store address + commit-log offset)")
+    p.add_argument("--json", action="store_true")
+    _namesrv(p)
+    p.set_defaults(func=cmd_message)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "topic" and args.action == "create" and not args.name:
-        parser.error("topic create needs a NAME")
+    if args.command == "topic" and args.action != "list" and not args.name:
+        parser.error(f"topic {args.action} needs a NAME")
     with contextlib.suppress(KeyboardInterrupt, BrokenPipeError):
         result: int = args.func(args)
         return result
