@@ -342,6 +342,9 @@ class BrokerController:
             result = self.store.get_messages(topic, queue_id, offset, 1)
             result.records = []
             result.message_count = 0
+            # 4.9 reports the store's nextBeginOffset here, and a Java push consumer then skips
+            # what it never got; the consumer's own offset is the one to retry at the master
+            result.next_begin_offset = offset
             return PullOutcome(result, 0, retry_immediately=True)
         result = self.store.get_messages(
             topic, queue_id, offset, max_msgs, max_bytes, tags_codes=tags_codes

@@ -53,25 +53,26 @@ class RemotingClient:
         self._connecting: dict[str, asyncio.Future[Channel]] = {}
 
     async def channel(self, address: str) -> Channel:
+        """The open channel to ``address``, connecting once however many callers ask at once.
+
+        The attempt is a task of its own: a caller that is cancelled while it waits leaves the
+        attempt (and every other caller waiting on it) alone.
+        """
         found = self._channels.get(address)
         if found is not None and found.is_open:
             return found
-        pending = self._connecting.get(address)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        future: asyncio.Future[Channel] = asyncio.get_running_loop().create_future()
-        self._connecting[address] = future
-        try:
-            channel = await self._connect(address)
-            self._channels[address] = channel
-            future.set_result(channel)
-            return channel
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved: no "never retrieved" warning when nobody waits
-            raise
-        finally:
+        attempt = self._connecting.get(address)
+        if attempt is None:
+            attempt = asyncio.ensure_future(self._connect(address))
+            self._connecting[address] = attempt
+            attempt.add_done_callback(lambda done: self._connected(address, done))
+        return await asyncio.shield(attempt)
+
+    def _connected(self, address: str, attempt: asyncio.Future[Channel]) -> None:
+        if self._connecting.get(address) is attempt:
             del self._connecting[address]
+        if not attempt.cancelled() and attempt.exception() is None:
+            self._channels[address] = attempt.result()
 
     async def _connect(self, address: str) -> Channel:
         host, _, port = address.rpartition(":")
