@@ -11,6 +11,7 @@ t0=$SECONDS
 
 teardown() {
   local rc=$?
+  [[ -n ${watcher:-} ]] && kill "$watcher" 2>/dev/null
   if [[ ${E2E_KEEP:-0} == 1 ]]; then
     echo "e2e: cluster kept; export KUBECONFIG=$E2E_DIR/.cluster/kubeconfig; make -f e2e/e2e.mk cluster-down when done"
     exit "$rc"
@@ -34,6 +35,8 @@ t=$SECONDS
 E2E_LOAD_CACHED_IMAGES=0 bash "$E2E_DIR/cluster/up.sh"  # images.sh loads fresh ones
 echo "e2e: bring-up $((SECONDS - t))s"
 bash "$E2E_DIR/cluster/status.sh" >&2 || true
+USAGE=(python3 "$E2E_DIR/cluster/usage.py" --cluster-dir "$E2E_DIR/.cluster")
+"${USAGE[@]}" --save "$E2E_DIR/.cache/usage-up.json" || true
 t=$SECONDS
 bash "$E2E_DIR/cluster/images.sh" all
 echo "e2e: images $((SECONDS - t))s"
@@ -42,9 +45,17 @@ t=$SECONDS
 # run in the control plane's namespace; node-loss scenarios use node.sh.
 # No NetworkPolicy engine runs on the local cluster yet (docs/e2e.md, "NetworkPolicy"): the
 # tests that need one are deselected here, by name and visibly; kind runs them.
+"${USAGE[@]}" --watch "$E2E_DIR/.cache/usage-peak.json" &
+watcher=$!
 echo "e2e: deselecting the network_policy tests: the local cluster enforces no NetworkPolicy (docs/e2e.md)"
 KUBECONFIG="$E2E_DIR/.cluster/kubeconfig" \
   E2E_POD_NETWORK_NETNS=/run/netns/bg-e2e-cp \
   E2E_NODE_CTL="bash $E2E_DIR/cluster/node.sh" \
-  "$PYTHON" -m pytest "$E2E_DIR/tests" -m "not network_policy" "$@"
+  "$PYTHON" -m pytest "$E2E_DIR/tests" -m "not network_policy" "$@" || rc=$?
 echo "e2e: tests $((SECONDS - t))s"
+kill "$watcher" 2>/dev/null || true
+wait "$watcher" 2>/dev/null || true
+echo "e2e: what the cluster cost (avg CPU % of one core, since bring-up):"
+"${USAGE[@]}" --since "$E2E_DIR/.cache/usage-up.json" || true
+"${USAGE[@]}" --peak "$E2E_DIR/.cache/usage-peak.json" || true
+exit "${rc:-0}"
