@@ -55,7 +55,7 @@ def report(cluster_dir: Path) -> dict[str, dict[str, float]]:
         where = (
             f"bg-e2e-{owner}"
             if owner
-            else ("host" if name.startswith("apiforward") else "bg-e2e-cp")
+            else ("host" if name.startswith(("apiforward", "forward-")) else "bg-e2e-cp")
         )
         try:
             rss, cpu = proc_usage(int(pid_file.read_text()))
