@@ -11,7 +11,7 @@ t0=$SECONDS
 
 teardown() {
   local rc=$?
-  [[ -n ${watcher:-} ]] && kill "$watcher" 2>/dev/null
+  if [[ -n ${watcher:-} ]]; then kill "$watcher" 2>/dev/null || true; fi
   if [[ ${E2E_KEEP:-0} == 1 ]]; then
     echo "e2e: cluster kept; export KUBECONFIG=$E2E_DIR/.cluster/kubeconfig; make -f e2e/e2e.mk cluster-down when done"
     exit "$rc"
