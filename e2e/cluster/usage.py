@@ -37,12 +37,19 @@ def pods_usage(cgroup_root: str) -> tuple[int, float]:
     """RSS of the processes in a kubelet's pod cgroups, and their CPU time (cpuacct)."""
     pids: set[int] = set()
     base = CGROUP_MEMORY / cgroup_root
-    if base.exists():
-        for procs in base.rglob("cgroup.procs"):
-            pids |= {int(p) for p in procs.read_text().split()}
+    # pods come and go while we look: a cgroup may vanish between listing and reading
+    for root, _dirs, files in os.walk(base):
+        if "cgroup.procs" in files:
+            try:
+                pids |= {int(p) for p in (Path(root) / "cgroup.procs").read_text().split()}
+            except OSError:
+                continue
     rss = sum(proc_usage(p)[0] for p in pids)
     cpu_file = CGROUP_CPUACCT / cgroup_root / "kubepods" / "cpuacct.usage"
-    cpu = int(cpu_file.read_text()) / 1e9 if cpu_file.exists() else 0.0
+    try:
+        cpu = int(cpu_file.read_text()) / 1e9
+    except (OSError, ValueError):
+        cpu = 0.0
     return rss, cpu
 
 
