@@ -49,7 +49,7 @@ demo-local: setup  ## a master + slave on 127.0.0.1, no Kubernetes: produce and 
 clean:  ## remove the virtualenv and caches (not the cluster)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
 
-# End-to-end: a real single-node cluster (see docs/e2e.md). `make e2e` runs the suite;
+# End-to-end: a real multi-node cluster in its own network namespaces (see docs/e2e.md). `make e2e` runs the suite;
 # cluster-up / images / cluster-down for working against a running cluster.
 include e2e/e2e.mk
 e2e: setup

@@ -1,6 +1,6 @@
 """``make demo``: the user's path on a real cluster, start to finish.
 
-1. a cluster: the one ``KUBECONFIG`` names, else the local single-node cluster (e2e/cluster,
+1. a cluster: the one ``KUBECONFIG`` names, else the local three-node cluster (e2e/cluster,
    built from the Kubernetes binaries the first time and started if it is not running);
 2. the broker and operator images, built and loaded into it (local cluster: podman + ctr;
    kind: docker build + kind load; any other cluster: the images named by BROKER_IMAGE and

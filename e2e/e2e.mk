@@ -15,13 +15,13 @@ cluster-deps:  ## install the cluster's Debian packages and etcd (idempotent)
 cluster-build: cluster-deps  ## build the pinned Kubernetes, CoreDNS, helm (cached after the first time)
 	bash $(E2E_SH)/build.sh
 
-cluster-up: cluster-build  ## start the local single-node cluster; KUBECONFIG=e2e/.cluster/kubeconfig
+cluster-up: cluster-build  ## start the local 3-node cluster (in its own network namespaces); KUBECONFIG=e2e/.cluster/kubeconfig
 	bash $(E2E_SH)/up.sh
 
 cluster-down:  ## stop the local cluster and restore the host
 	bash $(E2E_SH)/down.sh
 
-cluster-status:  ## what runs, and the node
+cluster-status:  ## what runs where, and the nodes
 	bash $(E2E_SH)/status.sh
 
 images: cluster-deps  ## build the broker and operator images; load them if the cluster runs

@@ -1,20 +1,30 @@
-"""Save the host state the cluster changes, and put it back on teardown.
+"""Save the host state the cluster may change, put it back on teardown, and prove it is back.
 
-The kubelet sets a few kernel sysctls and adds iptables chains, kube-proxy
-adds its nftables tables, the CNI plugins add network namespaces and enable
-forwarding. `save` records the parts we touch before `up`; `restore` removes
-only what Kubernetes and CNI added (by their names), so rules other programs
-added meanwhile survive, then reports any remaining difference.
+The cluster lives in network namespaces of its own, so its links, addresses, routes and
+netfilter rules never touch the host's namespace. What still reaches the host: the kubelets
+set a few global kernel sysctls, containerd mounts pod namespaces under /run/netns, the
+kubelets make cgroups and use a few fixed host paths, and `up` adds "unreachable" routes for
+the cluster's ranges while it runs.
+
+    save DIR             record what `down` restores (before `up`)
+    restore DIR          put it back; exit 1 if anything of the cluster's is left
+    snapshot FILE        the host's network and kernel state, for a before/after comparison
+    kill-leftovers       kill processes of ours that outlived containerd (shims, pods)
+
+`restore` removes only what the cluster made (by its names), so what other programs did
+meanwhile survives; `e2e/hostcheck` compares two snapshots.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import ipaddress
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -39,12 +49,18 @@ SYSCTLS = [
 # Chains and tables that only Kubernetes components and CNI plugins create.
 OUR_CHAIN = re.compile(r"^(KUBE-|CNI-)")
 OUR_TABLES = {"kube-proxy"}
-NETNS_DIR = Path("/var/run/netns")
+NETNS_DIR = Path("/run/netns")
+OUR_NETNS = re.compile(r"^(bg-e2e-|cni-)")  # ours, and containerd's names for pod namespaces
 # Host paths the kubelet, containerd and libcni use whatever their root dirs
 # (device-plugin socket, log symlinks, CNI result cache, shim sockets).
 HOST_PATHS = ["/var/lib/kubelet", "/var/log/containers", "/var/lib/cni", "/run/containerd"]
 CNI_NETWORK = "bg-e2e"  # our conflist's name; libcni names its cache files after it
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+CGROUP_GLOBS = ("*/bg-e2e-node*", "*/kubepods*")  # each kubelet's cgroupRoot; the old layout's
+# The cluster's address ranges (lib.sh): nothing of these may stay on the host.
+CLUSTER_RANGES = [
+    ipaddress.ip_network(r) for r in ("10.201.0.0/24", "10.244.0.0/16", "10.96.0.0/16")
+]
 
 Obj = dict[str, Any]
 
@@ -82,8 +98,23 @@ def legacy_rules() -> str:
     return "\n".join(out)
 
 
-def kubepods_cgroups() -> list[str]:
-    return sorted(str(p) for p in CGROUP_ROOT.glob("*/kubepods*")) if CGROUP_ROOT.exists() else []
+def our_cgroups() -> list[str]:
+    if not CGROUP_ROOT.exists():
+        return []
+    return sorted({str(p) for g in CGROUP_GLOBS for p in CGROUP_ROOT.glob(g)})
+
+
+def mount_points() -> list[str]:
+    """Every mount point of this mount namespace (as /proc/self/mountinfo has them)."""
+    out = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        out.append(fields[4].replace("\\040", " "))
+    return out
+
+
+def netns_names() -> list[str] | None:
+    return sorted(os.listdir(NETNS_DIR)) if NETNS_DIR.exists() else None
 
 
 # What the kubelet writes (protectKernelDefaults off). Finding all of them
@@ -104,9 +135,9 @@ def save(d: Path) -> None:
     (d / "sysctl.json").write_text(json.dumps(values, indent=1))
     (d / "nft.json").write_text(json.dumps(nft_ruleset()))
     (d / "iptables-legacy.txt").write_text(legacy_rules())
-    netns = sorted(os.listdir(NETNS_DIR)) if NETNS_DIR.exists() else None
-    (d / "netns.json").write_text(json.dumps(netns))
-    (d / "cgroups.json").write_text(json.dumps(kubepods_cgroups()))
+    (d / "netns.json").write_text(json.dumps(netns_names()))
+    (d / "netns-mounted.json").write_text(json.dumps(str(NETNS_DIR) in mount_points()))
+    (d / "cgroups.json").write_text(json.dumps(our_cgroups()))
     (d / "paths.json").write_text(json.dumps({p: os.path.lexists(p) for p in HOST_PATHS}))
 
 
@@ -145,8 +176,8 @@ def _jumps_to_ours(rule: Obj) -> bool:
 
 
 def nft_cleanup(before: list[Obj]) -> None:
-    """Delete Kubernetes/CNI tables, chains and rules; then tables that were
-    absent before and are now empty (iptables-nft creates filter/nat/mangle)."""
+    """Delete Kubernetes/CNI tables, chains and rules in the host's namespace (none are made
+    there any more: a safety net); then tables that were absent before and are now empty."""
     tables_before = {(t["table"]["family"], t["table"]["name"]) for t in before if "table" in t}
     now = nft_ruleset()
     cmds: list[Obj] = []
@@ -170,22 +201,6 @@ def nft_cleanup(before: list[Obj]) -> None:
     cmds += [{"delete": {"chain": ref}} for ref in refs]
     _nft_batch(cmds)
 
-    now = nft_ruleset()
-    busy = {(i["rule"]["family"], i["rule"]["table"]) for i in now if "rule" in i}
-    busy |= {
-        (v["family"], v["table"])
-        for i in now
-        for k, v in i.items()
-        if k in ("set", "map", "flowtable")
-    }
-    _nft_batch(
-        [
-            {"delete": {"table": {"family": t["family"], "name": t["name"]}}}
-            for t in (i["table"] for i in now if "table" in i)
-            if (t["family"], t["name"]) not in tables_before | busy
-        ]
-    )
-
 
 def _nft_batch(cmds: list[Obj]) -> None:
     """Run nft commands as one JSON batch (atomic: all or nothing)."""
@@ -197,7 +212,7 @@ def _nft_batch(cmds: list[Obj]) -> None:
         print(f"hoststate: nft cleanup failed: {res.stderr.strip()[:500]}", file=sys.stderr)
 
 
-def _normalized(items: list[Obj]) -> list[str]:
+def normalized_nft(items: list[Obj]) -> list[str]:
     """Ruleset without handles and counters, for a before/after comparison."""
 
     def strip(x: Any) -> Any:
@@ -214,8 +229,19 @@ def _normalized(items: list[Obj]) -> list[str]:
     return sorted(json.dumps(strip(i), sort_keys=True) for i in items)
 
 
+def remove_pod_netns(netns_before: set[str]) -> None:
+    """containerd's pod namespaces (cni-*) made since `up`: unmount and remove."""
+    if not NETNS_DIR.exists():
+        return
+    for name in sorted(set(os.listdir(NETNS_DIR)) - netns_before):
+        if name.startswith("cni-"):
+            p = NETNS_DIR / name
+            subprocess.run(["umount", str(p)], capture_output=True)
+            p.unlink(missing_ok=True)
+
+
 def restore(d: Path, cluster_dir: Path) -> int:
-    """Put the saved state back; return the number of differences left."""
+    """Put the saved state back; return the number of things of the cluster's left."""
     if not (d / "sysctl.json").exists():
         print("hoststate: nothing saved, nothing to restore", file=sys.stderr)
         return 0
@@ -233,29 +259,15 @@ def restore(d: Path, cluster_dir: Path) -> int:
     before: list[Obj] = json.loads((d / "nft.json").read_text())
     if shutil.which("nft"):
         nft_cleanup(before)
-        after = nft_ruleset()
-        # Ours left over is a failure; anything else that differs was done by
-        # someone else meanwhile, so it is only reported.
         left = [
             json.dumps(i)[:200]
-            for i in after
+            for i in nft_ruleset()
             if ("table" in i and i["table"]["name"] in OUR_TABLES)
             or ("chain" in i and OUR_CHAIN.match(i["chain"]["name"]))
         ]
         for line in left:
             print(f"hoststate: Kubernetes/CNI netfilter object left: {line}", file=sys.stderr)
         problems += len(left)
-        added = set(_normalized(after)) - set(_normalized(before))
-        removed = set(_normalized(before)) - set(_normalized(after))
-        for line in sorted(added):
-            print(
-                f"hoststate: note: nftables has something new, not ours: {line[:200]}",
-                file=sys.stderr,
-            )
-        for line in sorted(removed):
-            print(
-                f"hoststate: note: nftables lost something since up: {line[:200]}", file=sys.stderr
-            )
     legacy = legacy_rules()
     if legacy != (d / "iptables-legacy.txt").read_text():
         ours = [ln for ln in legacy.splitlines() if re.search(r"\b(KUBE|CNI)-", ln)]
@@ -264,20 +276,26 @@ def restore(d: Path, cluster_dir: Path) -> int:
         problems += len(ours)
 
     netns_saved: list[str] | None = json.loads((d / "netns.json").read_text())
-    netns_before = set(netns_saved or [])
-    if NETNS_DIR.exists():
-        for name in sorted(set(os.listdir(NETNS_DIR)) - netns_before):
-            if name.startswith("cni-"):  # containerd's CRI names pod namespaces so
-                p = NETNS_DIR / name
-                subprocess.run(["umount", str(p)], capture_output=True)
-                p.unlink(missing_ok=True)
-        if netns_saved is None and not os.listdir(NETNS_DIR):
-            NETNS_DIR.rmdir()
+    remove_pod_netns(set(netns_saved or []))
+    mounted_before = (d / "netns-mounted.json").exists() and json.loads(
+        (d / "netns-mounted.json").read_text()
+    )
+    if NETNS_DIR.exists() and not os.listdir(NETNS_DIR):
+        # `ip netns add` makes /run/netns a (shared) mount point; undo that if it was not one
+        if not mounted_before and str(NETNS_DIR) in mount_points():
+            subprocess.run(["umount", str(NETNS_DIR)], capture_output=True)
+        if netns_saved is None:
+            with contextlib.suppress(OSError):
+                NETNS_DIR.rmdir()
+    for name in netns_names() or []:
+        if OUR_NETNS.match(name) and name not in (netns_saved or []):
+            print(f"hoststate: network namespace left: {name}", file=sys.stderr)
+            problems += 1
 
     remove_host_paths(d, cluster_dir)
 
     cg_before = set(json.loads((d / "cgroups.json").read_text()))
-    for top in kubepods_cgroups():
+    for top in our_cgroups():
         if top in cg_before:
             continue
         # Leaf first: cgroup directories go with rmdir, never with rm -r.
@@ -287,22 +305,156 @@ def restore(d: Path, cluster_dir: Path) -> int:
             except OSError as e:
                 print(f"hoststate: cannot remove cgroup {root}: {e}", file=sys.stderr)
                 problems += 1
+
+    for kind, items in ours_in(snapshot()).items():
+        for item in items:
+            print(f"hoststate: the cluster's {kind} left on the host: {item}", file=sys.stderr)
+            problems += 1
     return problems
+
+
+# -- snapshot: the host's state for a before/after comparison (e2e/hostcheck) ---------------
+SYSCTL_TREES = ["net/ipv4", "net/ipv6/conf/all", "net/ipv6/conf/default", "net/bridge", "net/core"]
+SYSCTL_SKIP = re.compile(r"(count|_seq$|random|boot_id|uuid|/neigh/|flush|stable_secret)")
+
+
+def all_sysctls() -> dict[str, str]:
+    """Every readable sysctl of the host's network namespace under SYSCTL_TREES, plus the
+    global ones the kubelet writes."""
+    out: dict[str, str] = {}
+    root = Path("/proc/sys")
+    for tree in SYSCTL_TREES:
+        base = root / tree
+        if not base.exists():
+            continue
+        for p in sorted(base.rglob("*")):
+            rel = str(p.relative_to(root))
+            if not p.is_file() or SYSCTL_SKIP.search(rel):
+                continue
+            with contextlib.suppress(OSError):
+                out[rel.replace("/", ".")] = " ".join(p.read_text().split())
+    out.update(read_sysctls())
+    return out
+
+
+def _ip_json(*args: str) -> list[Obj]:
+    res = subprocess.run(["ip", "-j", *args], capture_output=True, text=True, check=True)
+    items: list[Obj] = json.loads(res.stdout or "[]")
+    return items
+
+
+def snapshot() -> Obj:
+    addresses = sorted(
+        f"{link['ifname']} {a['local']}/{a['prefixlen']}"
+        for link in _ip_json("addr", "show")
+        for a in link.get("addr_info", [])
+    )
+    routes = sorted(
+        json.dumps({k: v for k, v in r.items() if k not in ("expires", "cache")}, sort_keys=True)
+        for family in ("-4", "-6")
+        for r in _ip_json(family, "route", "show", "table", "all")
+    )
+    rules = sorted(
+        json.dumps(r, sort_keys=True) for f in ("-4", "-6") for r in _ip_json(f, "rule", "show")
+    )
+    links = sorted(f"{link['ifname']} {link.get('link_type', '')}" for link in _ip_json("link"))
+    return {
+        "addresses": addresses,
+        "routes": routes,
+        "rules": rules,
+        "links": links,
+        "nftables": normalized_nft(nft_ruleset()),
+        "iptables-legacy": legacy_rules().splitlines(),
+        "sysctls": [f"{k}={v}" for k, v in sorted(all_sysctls().items())],
+        "mounts": sorted(mount_points()),
+        "netns": netns_names() or [],
+        "cgroups": our_cgroups(),
+    }
+
+
+def _in_cluster_ranges(text: str) -> bool:
+    for token in re.findall(r"[0-9a-f.:]+/\d+|\d+\.\d+\.\d+\.\d+", text):
+        with contextlib.suppress(ValueError):
+            net = ipaddress.ip_network(token, strict=False)
+            if any(net.version == r.version and net.overlaps(r) for r in CLUSTER_RANGES):
+                return True
+    return False
+
+
+def is_ours(kind: str, item: str) -> bool:
+    """Does this piece of host state belong to the cluster (by its names and addresses)?"""
+    if kind in ("addresses", "routes", "rules"):
+        return _in_cluster_ranges(item) or "bg-e2e" in item
+    if kind == "links":
+        return item.split()[0].startswith(("bg-", "cni0"))
+    if kind == "nftables":
+        return bool(re.search(r'"(KUBE-|CNI-|kube-proxy)', item))
+    if kind == "iptables-legacy":
+        return bool(re.search(r"\b(KUBE|CNI)-", item))
+    if kind in ("mounts", "netns"):
+        name = item.rsplit("/", 1)[-1]
+        return "/.cluster/" in item or "bg-e2e" in item or bool(OUR_NETNS.match(name))
+    return kind == "cgroups"  # only our kubelets' cgroups are listed
+
+
+def ours_in(snap: Obj) -> dict[str, list[str]]:
+    """Whatever of the cluster's is in a snapshot (of a host without a running cluster)."""
+    out: dict[str, list[str]] = {}
+    for kind, items in snap.items():
+        mine = [i for i in items if kind != "sysctls" and is_ours(kind, i)]
+        if mine:
+            out[kind] = mine
+    return out
+
+
+def kill_leftovers(cluster_dir: Path, cgroup_prefix: str) -> int:
+    """SIGKILL processes of the cluster's that outlived containerd: shims serving our
+    sockets (our state dir on their command line) and processes in our kubelets' cgroups."""
+    me = os.getpid()
+    killed = 0
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == me:
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cgroups = (proc / "cgroup").read_text()
+        except OSError:
+            continue
+        shim = "containerd-shim" in cmdline and str(cluster_dir) in cmdline
+        in_pod = any(
+            line.split(":", 2)[-1].startswith(cgroup_prefix) for line in cgroups.splitlines()
+        )
+        if shim or in_pod:
+            with contextlib.suppress(OSError):
+                os.kill(int(proc.name), signal.SIGKILL)
+                killed += 1
+    if killed:
+        print(f"hoststate: killed {killed} leftover process(es) of the cluster", file=sys.stderr)
+    return killed
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("action", choices=["save", "restore"])
-    ap.add_argument("dir", type=Path)
-    ap.add_argument(
-        "--cluster-dir", type=Path, default=None, help="the cluster's state dir (restore)"
-    )
+    ap.add_argument("action", choices=["save", "restore", "snapshot", "kill-leftovers"])
+    ap.add_argument("path", type=Path, nargs="?", help="DIR (save, restore) or FILE (snapshot)")
+    ap.add_argument("--cluster-dir", type=Path, default=None, help="the cluster's state dir")
+    ap.add_argument("--cgroup-prefix", default="/bg-e2e-node", help="kill-leftovers")
     args = ap.parse_args()
+    if args.action == "kill-leftovers":
+        if args.cluster_dir is None:
+            ap.error("kill-leftovers needs --cluster-dir")
+        kill_leftovers(args.cluster_dir.resolve(), args.cgroup_prefix)
+        return
+    if args.path is None:
+        ap.error(f"{args.action} needs a path")
     if args.action == "save":
-        save(args.dir)
+        save(args.path)
+    elif args.action == "snapshot":
+        args.path.parent.mkdir(parents=True, exist_ok=True)
+        args.path.write_text(json.dumps(snapshot(), indent=1))
     else:
-        cluster_dir = args.cluster_dir or args.dir.resolve().parent
-        sys.exit(1 if restore(args.dir, cluster_dir) else 0)
+        cluster_dir = args.cluster_dir or args.path.resolve().parent
+        sys.exit(1 if restore(args.path, cluster_dir) else 0)
 
 
 if __name__ == "__main__":

@@ -7,9 +7,9 @@
 #   images.sh [all]      base + broker + operator, then load into containerd
 #   images.sh base       the debootstrap base image only
 #   images.sh build      broker + operator images (saved as tarballs)
-#   images.sh load       import the saved tarballs into containerd
+#   images.sh load       import the saved tarballs into every node's containerd
 #   images.sh load-cached  same, silently skipping missing tarballs (used by up.sh)
-#   images.sh pause      the sandbox image from our pause binary
+#   images.sh pause      the sandbox image from our pause binary, into every node
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -31,8 +31,26 @@ podman_() {
     --storage-driver overlay --runtime runc --runtime-flag "root=$PODMAN_DIR/runc" --cgroup-manager cgroupfs --events-backend none "$@"
 }
 
-ctr_() { ctr --address "$CTRD_SOCK" -n k8s.io "$@"; }
-containerd_up() { [[ -S $CTRD_SOCK ]] && ctr --address "$CTRD_SOCK" version >/dev/null 2>&1; }
+# ctr_ NODE_INDEX ARGS... : ctr against that node's containerd (its socket is a file on the
+# host's filesystem, so no namespace needs entering).
+ctr_() { local i=$1; shift; ctr --address "$(node_sock "$i")" -n k8s.io "$@"; }
+containerd_up() {
+  local i
+  for i in $(node_indexes); do
+    [[ -S $(node_sock "$i") ]] && ctr --address "$(node_sock "$i")" version >/dev/null 2>&1 || return 1
+  done
+}
+# on_nodes FUNCTION ARGS... : FUNCTION NODE_INDEX ARGS... on every node at once.
+on_nodes() {
+  local fn=$1 i rc=0 pids=()
+  shift
+  for i in $(node_indexes); do
+    "$fn" "$i" "$@" &
+    pids+=($!)
+  done
+  for i in "${pids[@]}"; do wait "$i" || rc=1; done
+  return $rc
+}
 
 # The first bookworm mirror from the machine's apt sources (deb822 or one-line).
 apt_mirror() {
@@ -116,24 +134,35 @@ build_images() {
   build_one operator/Dockerfile "$OPERATOR_IMAGE"
 }
 
+import_all() {
+  local i=$1 tar
+  shift
+  for tar in "$@"; do ctr_ "$i" images import "$tar" >/dev/null; done
+}
+
 load_images() {
-  local strict=$1 tar n=0
+  local strict=$1 tar tars=()
   if ! containerd_up; then
     [[ $strict == yes ]] && die "the cluster's containerd is not running: make -f e2e/e2e.mk cluster-up"
     return 0
   fi
   for tar in "$IMG_DIR"/*.tar; do
-    [[ -f $tar ]] || continue
-    ctr_ images import "$tar" >/dev/null
-    n=$((n + 1))
+    [[ -f $tar ]] && tars+=("$tar")
   done
-  if [[ $strict == yes && $n -eq 0 ]]; then die "no image tarballs in $IMG_DIR: run images.sh build"; fi
-  ((n == 0)) || log "loaded $n image(s) into containerd: $(ctr_ images ls -q | grep -v '^sha256:' | grep -v pause | tr '\n' ' ')"
+  if [[ $strict == yes && ${#tars[@]} -eq 0 ]]; then die "no image tarballs in $IMG_DIR: run images.sh build"; fi
+  ((${#tars[@]} == 0)) && return 0
+  on_nodes import_all "${tars[@]}" || die "loading images into the nodes failed"
+  log "loaded ${#tars[@]} image(s) into $NODE_COUNT nodes: $(ctr_ 1 images ls -q | grep -v '^sha256:' | grep -v pause | tr '\n' ' ')"
+}
+
+pause_on() {
+  local i=$1 tar=$2
+  ctr_ "$i" images ls -q | grep -qxF "$PAUSE_IMAGE" && return 0
+  ctr_ "$i" images import "$tar" >/dev/null
 }
 
 pause_image() {
   containerd_up || die "containerd is not running"
-  ctr_ images ls -q | grep -qxF "$PAUSE_IMAGE" && return 0
   need podman
   local tar="$E2E_CACHE_DIR/pause-image.tar" tmp
   if [[ ! -f $tar || $BIN_DIR/pause -nt $tar ]]; then
@@ -145,8 +174,8 @@ pause_image() {
     podman_ save -q --format docker-archive -o "$tar" "$PAUSE_IMAGE"
     rm -rf "$tmp"
   fi
-  ctr_ images import "$tar" >/dev/null
-  log "sandbox image $PAUSE_IMAGE loaded"
+  on_nodes pause_on "$tar" || die "loading the sandbox image failed"
+  log "sandbox image $PAUSE_IMAGE loaded into $NODE_COUNT nodes"
 }
 
 case "${1:-all}" in

@@ -4,6 +4,12 @@
 #
 # Everything the scripts create lives under E2E_CLUSTER_DIR (git-ignored), so a
 # fresh clone starts from nothing and `down` knows exactly what is its own.
+#
+# The cluster lives in network namespaces of its own (see docs/e2e.md for the
+# picture): a "lan" namespace holding the bridge that joins the others, the
+# control plane in one, and each node (containerd, kubelet, kube-proxy, its
+# pods) in its own. The host's namespace gets no address, link or rule of the
+# cluster; host clients reach the apiserver through a loopback forwarder.
 
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 REPO_ROOT="$(cd "$E2E_DIR/.." && pwd)"
@@ -29,27 +35,45 @@ KUBECONFIG_ADMIN="$E2E_CLUSTER_DIR/kubeconfig"
 # kubectl's discovery cache stays with the cluster instead of ~/.kube.
 export KUBECACHEDIR="$E2E_CLUSTER_DIR/kube-cache"
 
-# Addresses. The node address lives on a dummy interface the scripts create;
-# 10.201.0.0/24 is a private range nothing else here uses. Pods use their own
-# bridge; Services get a ClusterIP range that only kube-proxy programs.
-NODE_IF="${NODE_IF:-bg-node0}"
-NODE_IP="${NODE_IP:-10.201.0.1}"
-NODE_NAME="${NODE_NAME:-bg-e2e-node}"
-POD_BRIDGE="${POD_BRIDGE:-bg-cni0}"
-POD_CIDR="${POD_CIDR:-10.244.0.0/24}"
-SERVICE_CIDR="${SERVICE_CIDR:-10.96.0.0/16}"
-KUBERNETES_SVC_IP="${KUBERNETES_SVC_IP:-10.96.0.1}"
-CLUSTER_DOMAIN="${CLUSTER_DOMAIN:-cluster.local}"
+# --- Layout. Network namespaces are named bg-e2e-*; nodes are named after theirs.
+NETNS_PREFIX="bg-e2e"
+LAN_NS="$NETNS_PREFIX-lan"          # the bridge joining control plane and nodes
+CP_NS="$NETNS_PREFIX-cp"            # etcd, apiserver, controllers, scheduler, CoreDNS, provisioner
+NODE_COUNT="${E2E_NODES:-3}"
+ZONES=(zone-a zone-b zone-c)
+LAN_BRIDGE="br0"
+LAN_PREFIX="10.201.0"               # 10.201.0.0/24: control plane .1, node N .(10+N)
+LAN_CIDR="$LAN_PREFIX.0/24"
+CP_IP="$LAN_PREFIX.1"
+CLUSTER_CIDR="10.244.0.0/16"        # node N's pods: 10.244.N.0/24 on its bridge cni0
+SERVICE_CIDR="10.96.0.0/16"
+KUBERNETES_SVC_IP="10.96.0.1"
+CLUSTER_DOMAIN="cluster.local"
+# Every range of the cluster: the host routes them to "unreachable" while it runs.
+CLUSTER_RANGES=("$LAN_CIDR" "$CLUSTER_CIDR" "$SERVICE_CIDR")
+HOST_ROUTE_PROTO=201                # marks our unreachable routes (ip route ... proto 201)
 DNS_PORT=53
 APISERVER_PORT=6443
-ETCD_CLIENT_PORT=23790
-ETCD_PEER_PORT=23800
+ETCD_CLIENT_PORT=2379
+ETCD_PEER_PORT=2380
+CNI_NETWORK="bg-e2e"
+
+node_name() { echo "$NETNS_PREFIX-node$1"; }      # also its network namespace
+node_ip() { echo "$LAN_PREFIX.$((10 + $1))"; }
+node_pod_cidr() { echo "10.244.$1.0/24"; }
+node_zone() { echo "${ZONES[$((($1 - 1) % ${#ZONES[@]}))]}"; }
+node_sock() { echo "$RUN_DIR/node$1/containerd.sock"; }
+node_indexes() { seq 1 "$NODE_COUNT"; }
+all_netns() {
+  echo "$LAN_NS" "$CP_NS"
+  local i
+  for i in $(node_indexes); do node_name "$i"; done
+}
 
 # Local image names (containerd's k8s.io namespace). No registry is involved.
 PAUSE_IMAGE="localhost/brokergroup-e2e/pause:1"
 BROKER_IMAGE="${BROKER_IMAGE:-brokergroup/habroker:dev}"
 OPERATOR_IMAGE="${OPERATOR_IMAGE:-brokergroup/operator:dev}"
-CTRD_SOCK="$RUN_DIR/containerd/containerd.sock"
 
 # Go from its usual install place when PATH lacks it (non-login shells, CI).
 [[ :$PATH: == *:/usr/local/go/bin:* ]] || PATH="$PATH:/usr/local/go/bin"
@@ -65,7 +89,14 @@ need() {
   done
 }
 
-need_root() { [[ $(id -u) -eq 0 ]] || die "must run as root (it manages containerd, iptables and a kubelet)"; }
+need_root() { [[ $(id -u) -eq 0 ]] || die "must run as root (it manages network namespaces, containerd and kubelets)"; }
+
+# in_ns NS CMD... : run CMD in network namespace NS only (nsenter, not `ip netns exec`:
+# that would also give it a mount namespace of its own, and the kubelet's volume mounts
+# must be seen by its containerd).
+netns_path() { echo "/run/netns/$1"; }
+in_ns() { local ns=$1; shift; nsenter --net="$(netns_path "$ns")" -- "$@"; }
+netns_exists() { [[ -e $(netns_path "$1") ]] && ip netns list | awk '{print $1}' | grep -qx "$1"; }
 
 # Process bookkeeping: every daemon we start gets a pid file; we only ever
 # signal those pids, after checking the pid still runs the same binary.
@@ -81,16 +112,21 @@ is_running() {
   tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$E2E_CLUSTER_DIR"
 }
 
-# start NAME CMD... : run a daemon in the background with its own log and pid file.
+# start_daemon NAME NETNS CMD... : run a daemon in the background in network
+# namespace NETNS ("" = the host's), with its own log and pid file.
 start_daemon() {
-  local name=$1; shift
+  local name=$1 ns=$2; shift 2
   if is_running "$name"; then
     log "$name already running (pid $(<"$(pid_file "$name")"))"
     return 0
   fi
   mkdir -p "$RUN_DIR" "$LOG_DIR"
-  log "starting $name"
-  setsid "$@" >>"$LOG_DIR/$name.log" 2>&1 </dev/null &
+  log "starting $name${ns:+ in $ns}"
+  if [[ -n $ns ]]; then
+    setsid nsenter --net="$(netns_path "$ns")" -- "$@" >>"$LOG_DIR/$name.log" 2>&1 </dev/null &
+  else
+    setsid "$@" >>"$LOG_DIR/$name.log" 2>&1 </dev/null &
+  fi
   echo $! >"$(pid_file "$name")"
 }
 
@@ -142,17 +178,47 @@ wait_for() {
   done
 }
 
-# One cluster per machine: its addresses and interface names are fixed. The
-# node interface's alias names the state dir of the cluster that owns it.
-node_if_owner() { cat "/sys/class/net/$NODE_IF/ifalias" 2>/dev/null || true; }
+# One cluster per machine: its namespace names are fixed. The lan bridge's
+# alias names the state dir of the cluster that owns them.
+cluster_owner() { ip -n "$LAN_NS" -o link show "$LAN_BRIDGE" 2>/dev/null | sed -n 's/.* alias \(.*\)$/\1/p'; }
 owned_by_other() {
-  [[ -e /sys/class/net/$NODE_IF && "$(node_if_owner)" != "$E2E_CLUSTER_DIR" ]]
+  netns_exists "$LAN_NS" && [[ "$(cluster_owner)" != "$E2E_CLUSTER_DIR" ]]
 }
 
-# The node address must be ours before anything talks to it: without it the
-# address would be routed off the machine.
-node_ip_local() { ip -o addr show to "$NODE_IP/32" 2>/dev/null | grep -q .; }
+# kubectl as admin from inside the control plane's namespace (the apiserver's
+# own loopback): never through the host, and never anywhere once the namespace is gone.
 kubectl_admin() {
-  node_ip_local || { log "node address $NODE_IP is not on this machine; not calling the apiserver"; return 1; }
-  "$BIN_DIR/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" "$@"
+  netns_exists "$CP_NS" || { log "namespace $CP_NS is gone; not calling the apiserver"; return 1; }
+  in_ns "$CP_NS" "$BIN_DIR/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" "$@"
+}
+
+# make_cgroup_root NAME : the kubelet's cgroupRoot must exist in every hierarchy (cgroup v1
+# here); a new cpuset starts empty, so it gets the root's CPUs and memory nodes.
+make_cgroup_root() {
+  local name=$1 h
+  for h in /sys/fs/cgroup/*/; do
+    [[ -f $h/cgroup.procs ]] || continue
+    mkdir -p "$h$name"
+    if [[ -f $h/cpuset.cpus ]]; then
+      cat "$h/cpuset.cpus" >"$h$name/cpuset.cpus"
+      cat "$h/cpuset.mems" >"$h$name/cpuset.mems"
+    fi
+  done
+}
+
+# A node's daemons (their configuration is written by up.sh); node.sh restarts them too.
+start_containerd() {
+  local i=$1
+  start_daemon "node$i-containerd" "$(node_name "$i")" containerd --config "$CONF_DIR/node$i/containerd.toml" --log-level warn
+}
+start_kubelet() {
+  local i=$1 n
+  n="$(node_name "$i")"
+  make_cgroup_root "$n"
+  start_daemon "node$i-kubelet" "$n" "$BIN_DIR/kubelet" --config "$CONF_DIR/node$i/kubelet.yaml" \
+    --kubeconfig "$PKI_DIR/kubelet-$n.kubeconfig" --root-dir "$DATA_DIR/node$i/kubelet" \
+    --cert-dir "$DATA_DIR/node$i/kubelet/pki" --hostname-override "$n" --node-ip "$(node_ip "$i")" \
+    --node-labels "topology.kubernetes.io/zone=$(node_zone "$i"),topology.kubernetes.io/region=e2e,brokergroup.io/e2e-node=$i" \
+    --v=1
+  start_daemon "node$i-kube-proxy" "$n" "$BIN_DIR/kube-proxy" --config "$CONF_DIR/node$i/kube-proxy.yaml" --v=1
 }

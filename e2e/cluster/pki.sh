@@ -7,6 +7,13 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 need openssl
 
+# Certificates name the layout's addresses: made for another layout (the earlier
+# single-node one), they are made anew.
+LAYOUT="netns-v1 nodes=$NODE_COUNT lan=$LAN_CIDR"
+if [[ -d $PKI_DIR && "$(cat "$PKI_DIR/.layout" 2>/dev/null)" != "$LAYOUT" ]]; then
+  log "PKI made for another cluster layout: making it anew"
+  rm -rf "$PKI_DIR"
+fi
 mkdir -p "$PKI_DIR"
 chmod 700 "$PKI_DIR"
 cd "$PKI_DIR"
@@ -39,7 +46,7 @@ cert() {
 
 svc_names="DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.$CLUSTER_DOMAIN"
 cert apiserver "/CN=kube-apiserver" serverAuth \
-  "$svc_names,DNS:localhost,IP:127.0.0.1,IP:$NODE_IP,IP:$KUBERNETES_SVC_IP"
+  "$svc_names,DNS:localhost,IP:127.0.0.1,IP:$CP_IP,IP:$KUBERNETES_SVC_IP"
 cert etcd-server "/CN=e2e-etcd" serverAuth "IP:127.0.0.1,DNS:localhost"
 cert apiserver-etcd-client "/CN=kube-apiserver-etcd-client" clientAuth
 cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
@@ -47,8 +54,11 @@ cert admin "/O=system:masters/CN=brokergroup-e2e-admin" clientAuth
 cert controller-manager "/CN=system:kube-controller-manager" clientAuth
 cert scheduler "/CN=system:kube-scheduler" clientAuth
 cert kube-proxy "/CN=system:kube-proxy" clientAuth
-cert kubelet-client "/O=system:nodes/CN=system:node:$NODE_NAME" clientAuth
-cert kubelet "/CN=$NODE_NAME" serverAuth "DNS:$NODE_NAME,IP:$NODE_IP"
+for i in $(node_indexes); do
+  n="$(node_name "$i")"
+  cert "kubelet-client-$n" "/O=system:nodes/CN=system:node:$n" clientAuth
+  cert "kubelet-$n" "/CN=$n" serverAuth "DNS:$n,IP:$(node_ip "$i")"
+done
 cert coredns "/CN=system:e2e:coredns" clientAuth
 cert provisioner "/CN=system:e2e:provisioner" clientAuth
 
@@ -57,9 +67,10 @@ if [[ ! -f sa.key ]]; then
   openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
 fi
 
-# kubeconfig FILE USER CERT : embed the CA and client cert, point at the node address.
+# kubeconfig FILE USER CERT SERVER_IP : embed the CA and client cert. The control plane's
+# own components use its loopback; nodes use its address on the lan.
 kubeconfig() {
-  local file=$1 user=$2 crt=$3
+  local file=$1 user=$2 crt=$3 ip=$4
   [[ -f $file ]] && return 0
   cat >"$file" <<KCFG
 apiVersion: v1
@@ -67,7 +78,7 @@ kind: Config
 clusters:
 - name: brokergroup-e2e
   cluster:
-    server: https://$NODE_IP:$APISERVER_PORT
+    server: https://$ip:$APISERVER_PORT
     certificate-authority-data: $(base64 -w0 ca.crt)
 users:
 - name: $user
@@ -80,15 +91,19 @@ contexts:
 current-context: brokergroup-e2e
 KCFG
 }
-kubeconfig controller-manager.kubeconfig system:kube-controller-manager controller-manager
-kubeconfig scheduler.kubeconfig system:kube-scheduler scheduler
-kubeconfig kube-proxy.kubeconfig system:kube-proxy kube-proxy
-kubeconfig kubelet.kubeconfig "system:node:$NODE_NAME" kubelet-client
-kubeconfig coredns.kubeconfig system:e2e:coredns coredns
-kubeconfig provisioner.kubeconfig system:e2e:provisioner provisioner
-kubeconfig admin.kubeconfig brokergroup-e2e-admin admin
+kubeconfig controller-manager.kubeconfig system:kube-controller-manager controller-manager 127.0.0.1
+kubeconfig scheduler.kubeconfig system:kube-scheduler scheduler 127.0.0.1
+kubeconfig coredns.kubeconfig system:e2e:coredns coredns 127.0.0.1
+kubeconfig provisioner.kubeconfig system:e2e:provisioner provisioner 127.0.0.1
+kubeconfig kube-proxy.kubeconfig system:kube-proxy kube-proxy "$CP_IP"
+for i in $(node_indexes); do
+  n="$(node_name "$i")"
+  kubeconfig "kubelet-$n.kubeconfig" "system:node:$n" "kubelet-client-$n" "$CP_IP"
+done
+# The admin's names loopback: inside the control plane's namespace that is the apiserver
+# itself, on the host the forwarder (netforward.py) into that namespace.
+kubeconfig admin.kubeconfig brokergroup-e2e-admin admin 127.0.0.1
+echo "$LAYOUT" >.layout
 umask 022
 install -m 600 admin.kubeconfig "$KUBECONFIG_ADMIN"
-# The exported kubeconfig names loopback (apiforward.py), never the node address.
-sed -i "s#server: https://$NODE_IP:$APISERVER_PORT#server: https://127.0.0.1:$APISERVER_PORT#" "$KUBECONFIG_ADMIN"
 log "PKI and kubeconfigs ready in $PKI_DIR"

@@ -3,9 +3,12 @@
 Kind ships a local-path provisioner; this gives our binary-built cluster the
 same behaviour: a PVC of the default class gets a `local` PersistentVolume
 backed by a fresh directory under the cluster's state dir, and the directory
-goes away when the claim is deleted. It runs on the host (no image needed) and
+goes away when the claim is deleted. The volume belongs to the node the
+scheduler chose for the claim's first pod (WaitForFirstConsumer): its node
+affinity pins the claim, and so the pod, to that node, as kind's local-path
+does. It runs in the control plane's network namespace (no image needed) and
 talks to the apiserver with its own client certificate, using only the
-standard library. Single node, so every volume gets that node's affinity.
+standard library.
 """
 
 from __future__ import annotations
@@ -14,11 +17,9 @@ import argparse
 import json
 import logging
 import shutil
-import socket
 import ssl
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -63,17 +64,16 @@ def wants_volume(pvc: Obj, classes: dict[str, Obj]) -> Obj | None:
         return None
     if meta.get("deletionTimestamp") or spec.get("volumeMode", "Filesystem") != "Filesystem":
         return None
-    if sc.get("volumeBindingMode") == "WaitForFirstConsumer" and SELECTED_NODE not in meta.get(
-        "annotations", {}
-    ):
-        return None
+    if SELECTED_NODE not in meta.get("annotations", {}):
+        return None  # our class waits for the first consumer: the scheduler names the node
     return sc
 
 
-def provision(api: Api, pvc: Obj, sc: Obj, volumes: Path, node: str) -> None:
+def provision(api: Api, pvc: Obj, sc: Obj, volumes: Path) -> None:
     meta = pvc["metadata"]
+    node = meta["annotations"][SELECTED_NODE]
     name = f"pvc-{meta['uid']}"
-    path = volumes / name
+    path = volumes / node / name
     path.mkdir(parents=True, exist_ok=True)
     path.chmod(0o777)  # like kind's local-path: non-root pods can write without fsGroup
     pv: Obj = {
@@ -123,7 +123,7 @@ def reclaim(api: Api, pv: Obj, volumes: Path) -> None:
     """Delete a released volume of ours: its directory, then the object."""
     name = pv["metadata"]["name"]
     path = Path(pv["spec"].get("local", {}).get("path", ""))
-    if path.parent == volumes and path.name == name:
+    if path.parent.parent == volumes and path.name == name:
         shutil.rmtree(path, ignore_errors=True)
     try:
         api.call("DELETE", f"/api/v1/persistentvolumes/{name}")
@@ -133,24 +133,12 @@ def reclaim(api: Api, pv: Obj, volumes: Path) -> None:
             raise
 
 
-def address_is_local(url: str) -> bool:
-    """Only a local address may be contacted: once the node address is gone
-    (cluster stopping), it would be routed off the machine."""
-    host = urllib.parse.urlsplit(url).hostname or ""
-    try:
-        with socket.socket() as s:
-            s.bind((host, 0))
-    except OSError:
-        return False
-    return True
-
-
-def sync_once(api: Api, volumes: Path, node: str) -> None:
+def sync_once(api: Api, volumes: Path) -> None:
     classes = our_classes(api)
     for pvc in api.call("GET", "/api/v1/persistentvolumeclaims")["items"]:
         sc = wants_volume(pvc, classes)
         if sc is not None:
-            provision(api, pvc, sc, volumes, node)
+            provision(api, pvc, sc, volumes)
     for pv in api.call("GET", "/api/v1/persistentvolumes")["items"]:
         ours = pv["metadata"].get("annotations", {}).get(PROVISIONED_BY) == PROVISIONER
         released = pv.get("status", {}).get("phase") in ("Released", "Failed")
@@ -163,7 +151,6 @@ def main() -> None:
     ap.add_argument("--server", required=True)
     ap.add_argument("--pki-dir", type=Path, required=True)
     ap.add_argument("--volumes-dir", type=Path, required=True)
-    ap.add_argument("--node", required=True)
     ap.add_argument("--interval", type=float, default=1.0)
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
@@ -171,12 +158,8 @@ def main() -> None:
     volumes: Path = args.volumes_dir.resolve()
     volumes.mkdir(parents=True, exist_ok=True)
     while True:
-        if not address_is_local(args.server):
-            log.warning("apiserver %s is not on this machine; waiting", args.server)
-            time.sleep(args.interval)
-            continue
         try:
-            sync_once(api, volumes, args.node)
+            sync_once(api, volumes)
         except (OSError, urllib.error.URLError, KeyError, ValueError) as e:
             log.warning("sync failed, retrying: %s", e)
         time.sleep(args.interval)

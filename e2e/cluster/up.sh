@@ -1,72 +1,113 @@
 #!/usr/bin/env bash
-# Bring up the single-node cluster: node address, etcd, control plane,
-# containerd, kubelet, kube-proxy, CoreDNS and the volume provisioner.
+# Bring up the multi-node cluster inside network namespaces of its own:
+#   bg-e2e-lan    a bridge joining the others (no address)
+#   bg-e2e-cp     etcd, kube-apiserver, controller-manager, scheduler, CoreDNS, provisioner
+#   bg-e2e-nodeN  containerd, kubelet, kube-proxy and the node's pods (N = 1..E2E_NODES)
+# The host gets no address, link or rule of the cluster: only "unreachable" routes for the
+# cluster's ranges while it runs, and a forwarder on 127.0.0.1 for host clients.
 # Idempotent: whatever already runs is left as it is.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 need_root
-need ip ss nft iptables containerd runc ctr openssl curl python3 setsid findmnt
+need ip ss nft iptables containerd runc ctr openssl curl python3 setsid nsenter findmnt
 for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl coredns pause; do
   [[ -x $BIN_DIR/$b ]] || die "$BIN_DIR/$b missing; run: make -f e2e/e2e.mk cluster-build (and cluster-deps)"
 done
 # Unix socket paths are limited to 107 bytes.
-((${#CTRD_SOCK} + 6 <= 107)) || die "checkout path too long for containerd's socket ($CTRD_SOCK); set E2E_CLUSTER_DIR to a shorter directory"
+sock="$(node_sock "$NODE_COUNT")"
+((${#sock} + 6 <= 107)) || die "checkout path too long for containerd's socket ($sock); set E2E_CLUSTER_DIR to a shorter directory"
 [[ -d /usr/lib/cni && -x /usr/lib/cni/bridge ]] || die "CNI plugins missing in /usr/lib/cni (Debian containernetworking-plugins)"
+((NODE_COUNT >= 1 && NODE_COUNT <= 9)) || die "E2E_NODES must be 1..9"
 
-owner="$(node_if_owner)"
 if owned_by_other; then
-  die "another local cluster runs on this machine (state dir: ${owner:-unknown, an older checkout}); one per machine: stop it there, or use it with KUBECONFIG=<its state dir>/kubeconfig"
+  die "another local cluster runs on this machine (state dir: $(cluster_owner)); one per machine: stop it there, or use it with KUBECONFIG=<its state dir>/kubeconfig"
 fi
 
-DAEMONS=(etcd kube-apiserver apiforward kube-controller-manager kube-scheduler containerd kubelet kube-proxy coredns provisioner)
-running=0
-for d in "${DAEMONS[@]}"; do is_running "$d" && running=$((running + 1)); done
-if ((running == ${#DAEMONS[@]})) && kubectl_admin get --raw /readyz >/dev/null 2>&1; then
+CP_DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler coredns provisioner apiforward)
+NODE_DAEMONS=(containerd kubelet kube-proxy)
+all_daemons() {
+  local i d
+  printf '%s\n' "${CP_DAEMONS[@]}"
+  for i in $(node_indexes); do for d in "${NODE_DAEMONS[@]}"; do echo "node$i-$d"; done; done
+}
+running=0 total=0
+for d in $(all_daemons); do
+  total=$((total + 1))
+  is_running "$d" && running=$((running + 1))
+done
+if ((running == total)) && kubectl_admin get --raw /readyz >/dev/null 2>&1; then
   log "cluster already up; export KUBECONFIG=$KUBECONFIG_ADMIN"
   exit 0
 fi
-if ((running == 0)) && [[ -d $DATA_DIR || -d $SAVE_DIR ]]; then
+if ((running == 0)) && [[ -d $DATA_DIR || -d $SAVE_DIR ]] || { ((running == 0)) && netns_exists "$LAN_NS"; }; then
   # Left by a run whose processes died (a session ended): put the host back first.
   log "cleaning up state left by an earlier run"
   bash "$CLUSTER_SCRIPTS/down.sh"
 fi
 
 start=$SECONDS
-if ((running == 0)); then
-  for port in "127.0.0.1:$ETCD_CLIENT_PORT" "127.0.0.1:$ETCD_PEER_PORT" "$NODE_IP:$APISERVER_PORT"; do
-    if ss -Hltn "src $port" | grep -q .; then die "$port is already in use by another program"; fi
-  done
+if ((running == 0)) && ss -Hltn "src 127.0.0.1:$APISERVER_PORT" | grep -q .; then
+  die "127.0.0.1:$APISERVER_PORT (host clients' door to the apiserver) is already in use by another program"
 fi
 bash "$CLUSTER_SCRIPTS/pki.sh"
 mkdir -p "$RUN_DIR" "$LOG_DIR" "$DATA_DIR" "$CONF_DIR"
 
 # --- host state: saved once per cluster life, restored by down.sh.
 if [[ ! -f $SAVE_DIR/sysctl.json ]]; then
-  log "saving host state (sysctls, netfilter, netns) to $SAVE_DIR"
+  log "saving host state (sysctls, netfilter, netns, routes, mounts) to $SAVE_DIR"
   python3 "$CLUSTER_SCRIPTS/hoststate.py" save "$SAVE_DIR"
 fi
 
-# --- node address: a port-less bridge of our own, so nothing depends on the uplink.
-# Both get our state dir as alias, so `down` (ours or another checkout's) can
-# tell whose they are. The CNI bridge plugin adopts the existing pod bridge.
-for link in "$NODE_IF" "$POD_BRIDGE"; do
-  if ! ip link show "$link" >/dev/null 2>&1; then
-    log "creating interface $link"
-    ip link add "$link" type bridge
-    ip link set "$link" addrgenmode none 2>/dev/null || true
+# --- the network: namespaces, the lan bridge, one veth pair per member.
+# Links are made inside the namespaces (ip -n), so none ever exists on the host.
+# ns_sysctl NS KEY=VALUE... : net.* sysctls are per namespace; the host's stay as they are.
+ns_sysctl() { local ns=$1; shift; in_ns "$ns" sysctl -qw "$@"; }
+make_ns() {
+  local ns=$1
+  netns_exists "$ns" || ip netns add "$ns"
+  ip -n "$ns" link set lo up
+}
+# join NS IFNAME_ON_LAN ADDRESS : a veth pair, eth0 in NS (with ADDRESS/24), the other end on br0.
+join() {
+  local ns=$1 port=$2 addr=$3
+  if ! ip -n "$LAN_NS" link show "$port" >/dev/null 2>&1; then
+    ip -n "$LAN_NS" link add "$port" type veth peer name eth0 netns "$ns"
   fi
-  ip link set "$link" alias "$E2E_CLUSTER_DIR"
+  ip -n "$LAN_NS" link set "$port" master "$LAN_BRIDGE" up
+  ip -n "$ns" addr replace "$addr/24" dev eth0
+  ip -n "$ns" link set eth0 up
+}
+log "network namespaces: $(all_netns | tr '\n' ' ')"
+make_ns "$LAN_NS"
+if ! ip -n "$LAN_NS" link show "$LAN_BRIDGE" >/dev/null 2>&1; then
+  ip -n "$LAN_NS" link add "$LAN_BRIDGE" type bridge
+fi
+ip -n "$LAN_NS" link set "$LAN_BRIDGE" alias "$E2E_CLUSTER_DIR" up
+make_ns "$CP_NS"
+join "$CP_NS" cp "$CP_IP"
+for i in $(node_indexes); do
+  n="$(node_name "$i")"
+  make_ns "$n"
+  join "$n" "node$i" "$(node_ip "$i")"
+  ns_sysctl "$n" net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=0
+  # Routes to the other nodes' pods; Services through the control plane (kube-proxy
+  # rewrites them first; the route only lets the node's own sockets start). No default route.
+  for j in $(node_indexes); do
+    ((j == i)) || ip -n "$n" route replace "$(node_pod_cidr "$j")" via "$(node_ip "$j")"
+  done
+  ip -n "$n" route replace "$SERVICE_CIDR" via "$CP_IP"
+  # The control plane answers pods (DNS, the apiserver) and reaches them (tests' helpers).
+  ip -n "$CP_NS" route replace "$(node_pod_cidr "$i")" via "$(node_ip "$i")"
 done
-ip addr replace "$NODE_IP/32" dev "$NODE_IF"
-ip link set "$NODE_IF" up
-# Pod packets routed to the node address and to ClusterIPs need forwarding
-# on the pod bridge (the CNI bridge plugin would set it too).
-sysctl -qw net.ipv4.ip_forward=1
+# --- the host: every range of the cluster unreachable, so a stray packet fails here.
+for r in "${CLUSTER_RANGES[@]}"; do
+  ip route replace unreachable "$r" proto "$HOST_ROUTE_PROTO"
+done
 
 P=$PKI_DIR
-# --- etcd: loopback only, client-cert authenticated.
-start_daemon etcd "$BIN_DIR/etcd" --name e2e --data-dir "$DATA_DIR/etcd" \
+# --- etcd: the control plane's loopback only, client-cert authenticated.
+start_daemon etcd "$CP_NS" "$BIN_DIR/etcd" --name e2e --data-dir "$DATA_DIR/etcd" \
   --listen-client-urls "https://127.0.0.1:$ETCD_CLIENT_PORT" \
   --advertise-client-urls "https://127.0.0.1:$ETCD_CLIENT_PORT" \
   --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
@@ -76,14 +117,16 @@ start_daemon etcd "$BIN_DIR/etcd" --name e2e --data-dir "$DATA_DIR/etcd" \
   --client-cert-auth --trusted-ca-file "$P/ca.crt" \
   --unsafe-no-fsync --log-level warn
 etcd_ok() {
-  curl -sf --cacert "$P/ca.crt" --cert "$P/apiserver-etcd-client.crt" --key "$P/apiserver-etcd-client.key" \
+  in_ns "$CP_NS" curl -sf --cacert "$P/ca.crt" --cert "$P/apiserver-etcd-client.crt" --key "$P/apiserver-etcd-client.key" \
     "https://127.0.0.1:$ETCD_CLIENT_PORT/health" | grep -q '"health":"true"'
 }
 wait_for etcd 60 etcd_ok
 
-# --- kube-apiserver on the node address only.
-start_daemon kube-apiserver "$BIN_DIR/kube-apiserver" \
-  --advertise-address "$NODE_IP" --bind-address "$NODE_IP" --secure-port "$APISERVER_PORT" \
+# --- kube-apiserver: every address of the control plane's namespace (its loopback and
+# the lan). Tolerations of 15 s for not-ready/unreachable nodes, so a lost node's pods are
+# marked for deletion within a test's patience (the default is 5 minutes).
+start_daemon kube-apiserver "$CP_NS" "$BIN_DIR/kube-apiserver" \
+  --advertise-address "$CP_IP" --bind-address 0.0.0.0 --secure-port "$APISERVER_PORT" \
   --etcd-servers "https://127.0.0.1:$ETCD_CLIENT_PORT" --etcd-cafile "$P/ca.crt" \
   --etcd-certfile "$P/apiserver-etcd-client.crt" --etcd-keyfile "$P/apiserver-etcd-client.key" \
   --service-cluster-ip-range "$SERVICE_CIDR" \
@@ -93,16 +136,19 @@ start_daemon kube-apiserver "$BIN_DIR/kube-apiserver" \
   --kubelet-certificate-authority "$P/ca.crt" \
   --kubelet-preferred-address-types InternalIP,Hostname \
   --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+  --default-not-ready-toleration-seconds 15 --default-unreachable-toleration-seconds 15 \
   --service-account-issuer "https://kubernetes.default.svc.$CLUSTER_DOMAIN" \
   --service-account-key-file "$P/sa.pub" --service-account-signing-key-file "$P/sa.key" \
   --allow-privileged=true --profiling=false --v=1
-# Host clients reach it through 127.0.0.1 only (see apiforward.py): the exported kubeconfig
-# must never name the node address, which leaves the machine with the cluster.
-start_daemon apiforward python3 "$CLUSTER_SCRIPTS/apiforward.py" \
-  --listen "127.0.0.1:$APISERVER_PORT" --target "$NODE_IP:$APISERVER_PORT" --state-dir "$E2E_CLUSTER_DIR"
+# Host clients reach it through 127.0.0.1 only: a forwarder that enters the control
+# plane's namespace (netforward.py). The exported kubeconfig names 127.0.0.1.
+start_daemon apiforward "" python3 "$CLUSTER_SCRIPTS/netforward.py" \
+  --listen "127.0.0.1:$APISERVER_PORT" --netns "$(netns_path "$CP_NS")" \
+  --target "127.0.0.1:$APISERVER_PORT" --state-dir "$E2E_CLUSTER_DIR"
 wait_for kube-apiserver 120 kubectl_admin get --raw /readyz
 
-start_daemon kube-controller-manager "$BIN_DIR/kube-controller-manager" \
+# Node health from the kubelets' leases: NotReady 20 s after a kubelet stops.
+start_daemon kube-controller-manager "$CP_NS" "$BIN_DIR/kube-controller-manager" \
   --kubeconfig "$P/controller-manager.kubeconfig" \
   --authentication-kubeconfig "$P/controller-manager.kubeconfig" \
   --authorization-kubeconfig "$P/controller-manager.kubeconfig" \
@@ -111,51 +157,79 @@ start_daemon kube-controller-manager "$BIN_DIR/kube-controller-manager" \
   --use-service-account-credentials=true \
   --cluster-signing-cert-file "$P/ca.crt" --cluster-signing-key-file "$P/ca.key" \
   --service-cluster-ip-range "$SERVICE_CIDR" --allocate-node-cidrs=false \
+  --node-monitor-period 2s --node-monitor-grace-period 20s \
   --profiling=false --v=1
-start_daemon kube-scheduler "$BIN_DIR/kube-scheduler" \
+start_daemon kube-scheduler "$CP_NS" "$BIN_DIR/kube-scheduler" \
   --kubeconfig "$P/scheduler.kubeconfig" \
   --authentication-kubeconfig "$P/scheduler.kubeconfig" \
   --authorization-kubeconfig "$P/scheduler.kubeconfig" \
   --bind-address 127.0.0.1 --leader-elect=false --profiling=false --v=1
 
-# --- RBAC for our host-side helpers, storage class.
+# --- RBAC for our helpers, storage class.
 kubectl_admin apply -f "$CLUSTER_SCRIPTS/manifests/bootstrap.yaml" >/dev/null
 
-# --- containerd with its own root/state/socket and our CNI config.
+# --- CoreDNS on the control plane's lan address, answering only for the cluster's zones.
+cat >"$CONF_DIR/Corefile" <<COREFILE
+$CLUSTER_DOMAIN:$DNS_PORT in-addr.arpa:$DNS_PORT ip6.arpa:$DNS_PORT {
+    bind $CP_IP
+    errors
+    ready 127.0.0.1:18181
+    kubernetes $CLUSTER_DOMAIN in-addr.arpa ip6.arpa {
+        kubeconfig $P/coredns.kubeconfig brokergroup-e2e
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+        ttl 5
+    }
+}
+COREFILE
+start_daemon coredns "$CP_NS" "$BIN_DIR/coredns" -conf "$CONF_DIR/Corefile"
 
-mkdir -p "$CONF_DIR/cni" "$RUN_DIR/containerd" "$DATA_DIR/containerd"
-cat >"$CONF_DIR/cni/10-bg-e2e.conflist" <<JSON
+# --- volume provisioner for the default StorageClass (a directory per claim, on the node
+# the scheduler chose).
+start_daemon provisioner "$CP_NS" python3 "$CLUSTER_SCRIPTS/provisioner.py" \
+  --server "https://127.0.0.1:$APISERVER_PORT" --pki-dir "$P" --volumes-dir "$DATA_DIR/volumes"
+
+# --- the nodes: containerd, kubelet, kube-proxy, each in its node's namespace.
+echo "nameserver $CP_IP" >"$CONF_DIR/resolv.conf"
+start_node() {
+  local i=$1 n ip cidr nd nc
+  n="$(node_name "$i")" ip="$(node_ip "$i")" cidr="$(node_pod_cidr "$i")"
+  nd="$DATA_DIR/node$i" nc="$CONF_DIR/node$i"
+  mkdir -p "$nc/cni" "$RUN_DIR/node$i" "$nd/containerd" "$nd/kubelet" "$nd/pod-logs"
+  # The pods' bridge lives in the node's namespace; pods get a default route to it, and
+  # the namespace itself has none beyond the cluster's ranges.
+  cat >"$nc/cni/10-$CNI_NETWORK.conflist" <<JSON
 {
   "cniVersion": "1.0.0",
-  "name": "bg-e2e",
+  "name": "$CNI_NETWORK",
   "plugins": [
     {
       "type": "bridge",
-      "bridge": "$POD_BRIDGE",
+      "bridge": "cni0",
       "isGateway": true,
+      "isDefaultGateway": true,
       "ipMasq": false,
       "hairpinMode": true,
       "ipam": {
         "type": "host-local",
-        "dataDir": "$DATA_DIR/cni-ipam",
-        "ranges": [[{"subnet": "$POD_CIDR"}]],
-        "routes": [{"dst": "$SERVICE_CIDR"}, {"dst": "$NODE_IP/32"}]
+        "dataDir": "$nd/cni-ipam",
+        "ranges": [[{"subnet": "$cidr"}]]
       }
     },
     {"type": "loopback"}
   ]
 }
 JSON
-cat >"$CONF_DIR/containerd.toml" <<TOML
+  cat >"$nc/containerd.toml" <<TOML
 version = 2
-root = "$DATA_DIR/containerd"
-state = "$RUN_DIR/containerd/state"
+root = "$nd/containerd"
+state = "$RUN_DIR/node$i/state"
 [grpc]
-  address = "$CTRD_SOCK"
+  address = "$(node_sock "$i")"
 [ttrpc]
-  address = "$CTRD_SOCK.ttrpc"
+  address = "$(node_sock "$i").ttrpc"
 [plugins."io.containerd.internal.v1.opt"]
-  path = "$DATA_DIR/containerd-opt"
+  path = "$nd/containerd-opt"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$PAUSE_IMAGE"
   restrict_oom_score_adj = true
@@ -168,26 +242,21 @@ state = "$RUN_DIR/containerd/state"
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         BinaryName = "/usr/sbin/runc"
-        Root = "$RUN_DIR/runc"
+        Root = "$RUN_DIR/node$i/runc"
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
-    conf_dir = "$CONF_DIR/cni"
+    conf_dir = "$nc/cni"
     max_conf_num = 1
 TOML
-start_daemon containerd containerd --config "$CONF_DIR/containerd.toml" --log-level warn
-wait_for containerd 30 ctr --address "$CTRD_SOCK" version
+  start_containerd "$i"
 
-# The sandbox image: our pause binary as a one-layer image.
-bash "$CLUSTER_SCRIPTS/images.sh" pause
-
-# --- kubelet.
-mkdir -p "$DATA_DIR/kubelet" "$DATA_DIR/pod-logs"
-echo "nameserver $NODE_IP" >"$CONF_DIR/resolv.conf"
-cat >"$CONF_DIR/kubelet.yaml" <<YAML
+  # Each kubelet has a cgroup root of its own (they would otherwise share /kubepods and
+  # remove each other's pods as orphans). Status every 4 s; the lease decides NotReady.
+  cat >"$nc/kubelet.yaml" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: $NODE_IP
+address: $ip
 port: 10250
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
@@ -197,72 +266,61 @@ authentication:
   webhook: {enabled: true}
   x509: {clientCAFile: $P/ca.crt}
 authorization: {mode: Webhook}
-tlsCertFile: $P/kubelet.crt
-tlsPrivateKeyFile: $P/kubelet.key
-containerRuntimeEndpoint: unix://$CTRD_SOCK
+tlsCertFile: $P/kubelet-$n.crt
+tlsPrivateKeyFile: $P/kubelet-$n.key
+containerRuntimeEndpoint: unix://$(node_sock "$i")
 cgroupDriver: cgroupfs
+cgroupRoot: /$n
 failCgroupV1: false
 failSwapOn: false
-clusterDNS: [$NODE_IP]
+clusterDNS: [$CP_IP]
 clusterDomain: $CLUSTER_DOMAIN
 resolvConf: $CONF_DIR/resolv.conf
-podLogsDir: $DATA_DIR/pod-logs
+podLogsDir: $nd/pod-logs
+nodeStatusUpdateFrequency: 4s
+nodeLeaseDurationSeconds: 10
 evictionHard: {memory.available: "100Mi", nodefs.available: "0%", nodefs.inodesFree: "0%", imagefs.available: "0%"}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 YAML
-start_daemon kubelet "$BIN_DIR/kubelet" --config "$CONF_DIR/kubelet.yaml" \
-  --kubeconfig "$P/kubelet.kubeconfig" --root-dir "$DATA_DIR/kubelet" --cert-dir "$DATA_DIR/kubelet/pki" \
-  --hostname-override "$NODE_NAME" --node-ip "$NODE_IP" --v=1
-
-# --- kube-proxy (nftables) leaving conntrack sysctls alone.
-cat >"$CONF_DIR/kube-proxy.yaml" <<YAML
+  cat >"$nc/kube-proxy.yaml" <<YAML
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection: {kubeconfig: $P/kube-proxy.kubeconfig}
 mode: nftables
-clusterCIDR: $POD_CIDR
-hostnameOverride: $NODE_NAME
-bindAddress: $NODE_IP
+clusterCIDR: $CLUSTER_CIDR
+hostnameOverride: $n
+bindAddress: $ip
 healthzBindAddress: 127.0.0.1:10256
 metricsBindAddress: 127.0.0.1:10249
-nodePortAddresses: ["$NODE_IP/32"]
+nodePortAddresses: ["$ip/32"]
 conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
 YAML
-start_daemon kube-proxy "$BIN_DIR/kube-proxy" --config "$CONF_DIR/kube-proxy.yaml" --v=1
-
-# --- CoreDNS on the node address, answering only for the cluster's zones.
-cat >"$CONF_DIR/Corefile" <<COREFILE
-$CLUSTER_DOMAIN:$DNS_PORT in-addr.arpa:$DNS_PORT ip6.arpa:$DNS_PORT {
-    bind $NODE_IP
-    errors
-    ready 127.0.0.1:18181
-    kubernetes $CLUSTER_DOMAIN in-addr.arpa ip6.arpa {
-        kubeconfig $P/coredns.kubeconfig brokergroup-e2e
-        pods insecure
-        fallthrough in-addr.arpa ip6.arpa
-        ttl 5
-    }
 }
-COREFILE
-start_daemon coredns "$BIN_DIR/coredns" -conf "$CONF_DIR/Corefile"
+for i in $(node_indexes); do start_node "$i"; done
+for i in $(node_indexes); do
+  wait_for "node$i-containerd" 30 ctr --address "$(node_sock "$i")" version
+done
+# The sandbox image (our pause binary) into every node's containerd.
+bash "$CLUSTER_SCRIPTS/images.sh" pause
+for i in $(node_indexes); do start_kubelet "$i"; done
 
-# --- volume provisioner for the default StorageClass.
-start_daemon provisioner python3 "$CLUSTER_SCRIPTS/provisioner.py" \
-  --server "https://$NODE_IP:$APISERVER_PORT" --pki-dir "$P" --volumes-dir "$DATA_DIR/volumes" --node "$NODE_NAME"
-
-node_ready() {
-  kubectl_admin get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -qx True
+nodes_ready() {
+  local want=$NODE_COUNT got
+  got="$(kubectl_admin get nodes -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -cx True)"
+  ((got == want))
 }
-wait_for "kubelet (node $NODE_NAME Ready)" 120 node_ready
-wait_for "kube-proxy healthz" 60 curl -sf http://127.0.0.1:10256/healthz
-wait_for "coredns ready" 60 curl -sf http://127.0.0.1:18181/ready
+wait_for "kubelet ($NODE_COUNT nodes Ready)" 180 nodes_ready
+for i in $(node_indexes); do
+  wait_for "node$i-kube-proxy healthz" 60 in_ns "$(node_name "$i")" curl -sf http://127.0.0.1:10256/healthz
+done
+wait_for "coredns ready" 60 in_ns "$CP_NS" curl -sf http://127.0.0.1:18181/ready
 wait_for "kube-controller-manager (default service account)" 60 kubectl_admin -n default get serviceaccount default
 
-# Locally built images (if `make images` ran before) load into the fresh containerd.
+# Locally built images (if `make images` ran before) load into the fresh containerds.
 if [[ ${E2E_LOAD_CACHED_IMAGES:-1} == 1 ]]; then
   bash "$CLUSTER_SCRIPTS/images.sh" load-cached
 fi
 
-log "cluster up in $((SECONDS - start))s; export KUBECONFIG=$KUBECONFIG_ADMIN"
+log "cluster up in $((SECONDS - start))s ($NODE_COUNT nodes); export KUBECONFIG=$KUBECONFIG_ADMIN"

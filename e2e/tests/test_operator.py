@@ -5,8 +5,9 @@ a stopped (frozen) slave changes the conditions and emits an Event; `auto` follo
 slave pointed elsewhere is rewired at runtime; scale up and down; a config change rolls slaves
 first and the master last; delete removes the children.
 
-The operator reaches pods by IP (BROKERGROUP_ADDRESSING=pod-ip): on the local cluster the pod
-network is routed on the host's bridge. Freezing a slave sends SIGSTOP from the host to the
+The operator reaches pods by IP (BROKERGROUP_ADDRESSING=pod-ip): on the local cluster pods are
+reachable only inside the cluster's network namespaces, so the operator runs in the one that
+E2E_POD_NETWORK_NETNS names (the control plane's; e2e/run.sh sets it). Freezing a slave sends SIGSTOP from the host to the
 broker process (found by its pod UID in /proc/*/cgroup), so that check needs a node on this
 machine (the local cluster, or kind) and root; it is skipped otherwise.
 """
@@ -92,8 +93,10 @@ def operator(lkube: LocalKube, crd: None, namespace: str, tmp_path: Path) -> Ite
         "BROKERGROUP_HTTP_TIMEOUT": "1",
         "PYTHONPATH": str(ROOT / "operator") + os.pathsep + str(ROOT / "broker_image"),
     }
+    netns = os.environ.get("E2E_POD_NETWORK_NETNS")
+    enter = ["nsenter", f"--net={netns}", "--"] if netns else []
     proc = subprocess.Popen(
-        [sys.executable, "-m", "brokergroup_operator", "-n", namespace],
+        [*enter, sys.executable, "-m", "brokergroup_operator", "-n", namespace],
         env=env,
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
