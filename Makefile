@@ -40,7 +40,7 @@ bench: setup bench-setup  ## benchmarks vs Redis and the machine's limits: bench
 bench-setup:  ## install the benchmark peer (Debian's redis-server) if missing
 	bash bench/setup_redis.sh
 
-demo: setup  ## the main job: cluster (KUBECONFIG or local), images, helm install, a group, produce+consume
+demo: setup java-setup  ## the main job: cluster (KUBECONFIG or local), images, helm install, a group, produce+consume
 	$(PY) -m e2e.demo $(DEMO_ARGS)
 
 demo-local: setup  ## a master + slave on 127.0.0.1, no Kubernetes: produce and consume
@@ -52,4 +52,4 @@ clean:  ## remove the virtualenv and caches (not the cluster)
 # End-to-end: a real multi-node cluster in its own network namespaces (see docs/e2e.md). `make e2e` runs the suite;
 # cluster-up / images / cluster-down for working against a running cluster.
 include e2e/e2e.mk
-e2e: setup
+e2e: setup java-setup

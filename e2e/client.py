@@ -2,19 +2,21 @@
 with this file on stdin, in a pod of the broker image (it has habroker's client library).
 
 Running inside a pod is what makes it portable: the group's Services and per-pod DNS names
-resolve the same on kind and on the local cluster, with no port-forward. ``make demo`` and the
-end-to-end suite (e2e/tests/test_user_path.py) both use it. Every command prints one JSON line.
-Addresses are the brokers' HTTP API: the Services' ``http`` port (httpListenPort, 10913).
+resolve the same on kind and on the local cluster, and routes name pod addresses, which only
+pods reach.  ``make demo`` and the end-to-end suite (e2e/tests/test_user_path.py) both use it.
+Every command prints one JSON line.  Producing and consuming speak RocketMQ's remoting protocol
+through the group's name-server Service (``<group>-namesrv:9876``), as an application does;
+``read`` and ``status`` use one broker's HTTP API (``http`` port, 10913).
 
-    produce --broker HOST:HTTPPORT --topic T --count N [--batch B] [--prefix P] [--start I]
-        bodies "P-<i>" for i in [start, start+count); reports which were acknowledged
-        (PUT_OK: in SYNC mode, stored on the master and on a slave) and every other status
+    produce --namesrv HOST:PORT --topic T --count N [--batch B] [--prefix P] [--start I]
+        bodies "P-<i>" for i in [start, start+count), batches of B (SEND_BATCH_MESSAGE);
+        reports which were acknowledged (SEND_OK: in SYNC mode, stored on the master and on
+        a slave) and every other status
     read --broker HOST:HTTPPORT --topic T
         every message of every queue, pulled from that one broker (no redirection)
-    consume --brokers 0=HOST:HTTPPORT,1=HOST:HTTPPORT --topic T --group G [--count N]
-        a consumer group from the earliest offset (or its committed one: --from committed),
-        following suggestWhichBrokerId;
-        reports which brokerId served each message
+    consume --namesrv HOST:PORT --topic T --group G [--count N] [--from earliest|committed]
+        a consumer group, following suggestWhichBrokerId; reports which brokerId served each
+        message, and commits its offsets
     status --broker HOST:HTTPPORT
         the broker's GET /v1/status
 """
@@ -28,7 +30,14 @@ import sys
 import time
 from typing import Any
 
-from habroker.client import AsyncProducer, BrokerAPIError, OutgoingMessage, PullConsumer
+from habroker.client import (
+    MQAdmin,
+    MQClientError,
+    MQProducer,
+    MQPullConsumer,
+    OutgoingMessage,
+    SendStatus,
+)
 from habroker.client._protocol import PullResult, error_from, pull_path
 from habroker.client.sync import BrokerConnection
 
@@ -38,20 +47,24 @@ async def produce(args: argparse.Namespace) -> dict[str, Any]:
     other: dict[str, int] = {}
     errors: list[str] = []
     started = time.monotonic()
-    async with AsyncProducer(args.broker) as producer:
-        await producer.create_topic(args.topic, queues=args.queues)
+    admin = MQAdmin(args.namesrv)
+    try:
+        await admin.create_topic(args.topic, queues=args.queues)
+    finally:
+        await admin.close()
+    async with MQProducer(args.namesrv, "e2e-producer", send_timeout=10.0) as producer:
         for first in range(args.start, args.start + args.count, args.batch):
             ids = list(range(first, min(args.start + args.count, first + args.batch)))
             msgs = [OutgoingMessage(f"{args.prefix}-{i}".encode(), keys=str(i)) for i in ids]
             try:
                 res = await producer.send_batch(args.topic, msgs)
-            except (BrokerAPIError, OSError) as exc:
+            except (MQClientError, OSError) as exc:
                 errors.append(f"{type(exc).__name__}: {exc}")
                 continue
-            if res.status == "PUT_OK":
+            if res.status is SendStatus.SEND_OK:
                 acked.extend(ids)
             else:
-                other[res.status] = other.get(res.status, 0) + len(ids)
+                other[res.status.value] = other.get(res.status.value, 0) + len(ids)
     return {
         "acked": acked,
         "notAcked": other,
@@ -100,24 +113,35 @@ async def consume(args: argparse.Namespace) -> dict[str, Any]:
     served: dict[int, int] = {}
     bodies: list[str] = []
     idle = 0
-    async with PullConsumer(
-        args.brokers, args.group, args.topic, start=args.start_from, max_msgs=args.max
-    ) as consumer:
+    consumer = MQPullConsumer(
+        args.namesrv,
+        args.group,
+        pull_batch_size=args.max,
+        # a group's first run reads from the start; "committed" resumes where it stopped
+        consume_from="first",
+    )
+    try:
+        queues = await consumer.fetch_message_queues(args.topic)
+        await consumer.assign(queues)
+        if args.start_from == "earliest":
+            for mq in queues:
+                await consumer.seek_to_begin(mq)
         while (args.count is None or len(bodies) < args.count) and idle < 20:
-            messages = await consumer.poll()
-            if not messages:
+            batch = await consumer.poll_batch(timeout=1.0)
+            if batch is None or not batch.messages:
                 idle += 1
-                await asyncio.sleep(0.1)
                 continue
             idle = 0
-            for m in messages:
+            for m in batch.messages:
                 if args.count is not None and len(bodies) >= args.count:
-                    consumer.seek(m.queue_id, m.queue_offset)  # the rest stays for next time
+                    # the rest stays for next time
+                    await consumer.seek(batch.message_queue, m.queue_offset)
                     break
-                by = consumer.served_by[m.queue_id]
-                served[by] = served.get(by, 0) + 1
+                served[batch.broker_id] = served.get(batch.broker_id, 0) + 1
                 bodies.append(m.body.decode())
         await consumer.commit()
+    finally:
+        await consumer.close()
     return {"consumed": len(bodies), "servedBy": served, "bodies": bodies}
 
 
@@ -133,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="e2e/client.py", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("produce")
-    p.add_argument("--broker", required=True)
+    p.add_argument("--namesrv", required=True)
     p.add_argument("--topic", required=True)
     p.add_argument("--count", type=int, required=True)
     p.add_argument("--start", type=int, default=0)
@@ -145,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--topic", required=True)
     p.add_argument("--wait", type=float, default=60.0)
     p = sub.add_parser("consume")
-    p.add_argument("--brokers", required=True)
+    p.add_argument("--namesrv", required=True)
     p.add_argument("--topic", required=True)
     p.add_argument("--group", required=True)
     p.add_argument("--count", type=int, default=None)

@@ -8,8 +8,11 @@
 3. ``helm upgrade --install`` of helm/brokergroup-operator into brokergroup-system, watching the
    demo namespace only (so it never touches groups elsewhere on a shared cluster);
 4. examples/sync-1-slave.yaml applied in brokergroup-demo, waited for until Ready;
-5. a few thousand messages produced in SYNC mode through the group's client Service and
-   consumed back, from a client pod of the broker image (e2e/client.py);
+5. a few thousand messages produced in SYNC mode with RocketMQ's remoting protocol through the
+   group's name-server Service (``<group>-namesrv:9876``, what an application sets as
+   ``namesrvAddr``) and consumed back, from a client pod of the broker image (e2e/client.py);
+   on the local cluster also with the real RocketMQ Java client (rocketmq-client 4.9.7 from
+   Maven Central), run in a node's network namespace;
 6. ``kubectl get bg`` and the group's status.
 
 Everything is left running for a look; the last lines say how to remove it.
@@ -125,6 +128,30 @@ def load_images(kind: str, kubeconfig: str, broker: str, operator: str) -> None:
         say(f"== not building images: {broker} and {operator} must be pullable by this cluster")
 
 
+def java_round_trip(c: Cluster, name: str, count: int) -> bool:
+    """The real RocketMQ Java client, from the first node's network namespace."""
+    from e2e.javaclient import NODE_NAMESPACE, node_namespace, round_trip
+
+    ns = node_namespace()
+    if ns is None:
+        say(f"== no {NODE_NAMESPACE} namespace here: the Java client step is skipped")
+        return True
+    ip = c.kubectl(
+        "-n", DEMO_NS, "get", "svc", f"{name}-namesrv", "-o", "jsonpath={.spec.clusterIP}"
+    ).strip()
+    namesrv = f"{ip}:9876"
+    say(
+        f"== the real RocketMQ Java client (rocketmq-client 4.9.7): {count} sync sends and a "
+        f"DefaultLitePullConsumer, namesrvAddr={namesrv} ({name}-namesrv), from {NODE_NAMESPACE}"
+    )
+    res = round_trip(ns, namesrv, "demo-java", "demo-java", count)
+    say(
+        f"   sent {res['sent'].get('sendOk', 0)}/{count} SEND_OK ({res['statuses']}); consumed "
+        f"{res['unique']} distinct, {res['duplicates']} duplicates"
+    )
+    return bool(res["sent"].get("sendOk") == count and res["unique"] == count)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="make demo", description=__doc__)
     parser.add_argument("--messages", type=int, default=5000)
@@ -177,14 +204,18 @@ def main(argv: list[str] | None = None) -> int:
     t = time.monotonic()
     http_port = int(group["spec"].get("ports", {}).get("http", 10913))
     svc = f"{name}:{http_port}"  # the client Service's http port: habroker's HTTP API
-    say(f"== produce {args.messages} messages (SYNC) through the client Service {svc} (HTTP API)")
+    namesrv = f"{name}-namesrv:9876"  # what an application sets as namesrvAddr
+    say(
+        f"== produce {args.messages} messages (SYNC) with RocketMQ's protocol, "
+        f"namesrvAddr={namesrv}"
+    )
     client = c.client_pod(DEMO_NS, broker_image)
     res = c.client(
         DEMO_NS,
         client,
         "produce",
-        "--broker",
-        svc,
+        "--namesrv",
+        namesrv,
         "--topic",
         "demo",
         "--count",
@@ -194,16 +225,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     acked = len(res["acked"])
     say(
-        f"   {acked}/{args.messages} acknowledged (PUT_OK: on the master and its slave) in "
+        f"   {acked}/{args.messages} acknowledged (SEND_OK: on the master and its slave) in "
         f"{res['seconds']}s; other: {json.dumps(res['notAcked'])}; errors: {res['errorCount']}"
     )
-    brokers = f"0={svc},1={name}-slave-0.{name}-slave:{http_port}"
     res = c.client(
         DEMO_NS,
         client,
         "consume",
-        "--brokers",
-        brokers,
+        "--namesrv",
+        namesrv,
         "--topic",
         "demo",
         "--group",
@@ -218,6 +248,14 @@ def main(argv: list[str] | None = None) -> int:
         f"{json.dumps(res['servedBy'])} (0 = master, 1 = slave)"
     )
     clock.phase("produce + consume", t)
+
+    java_ok = True
+    if kind == "local":
+        t = time.monotonic()
+        java_ok = java_round_trip(c, name, min(args.messages, 1000))
+        clock.phase("the Java client", t)
+    else:
+        say("== the Java client step runs on the local cluster only (from a node's namespace)")
     top = int(c.client(DEMO_NS, client, "status", "--broker", svc)["maxOffset"])
 
     def reported() -> bool:
@@ -236,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     for phase, took in clock.phases:
         say(f"   {took:7.1f}s  {phase}")
     say(f"   {total:7.1f}s  total")
-    ok = acked == args.messages and res["consumed"] == args.messages
+    ok = acked == args.messages and res["consumed"] == args.messages and java_ok
     say(
         "\n== demo "
         + ("passed" if ok else "FAILED: not every message was acknowledged and consumed")

@@ -161,9 +161,11 @@ def test_user_path(
     group = example(EXAMPLE, broker_image)
     name = group["metadata"]["name"]
     master, slave0, slave1 = f"{name}-master-0", f"{name}-slave-0", f"{name}-slave-1"
-    # e2e/client.py speaks habroker's HTTP API: the Services' http port (httpListenPort)
+    # e2e/client.py produces and consumes with RocketMQ's remoting protocol through the group's
+    # name-server Service (what an application sets as namesrvAddr); reads and status use one
+    # broker's HTTP API (the Services' http port, httpListenPort)
     http_port = int(group["spec"].get("ports", {}).get("http", 10913))
-    svc = f"{name}:{http_port}"
+    namesrv = f"{name}-namesrv:9876"
     master_addr = f"{master}.{name}-master:{http_port}"
     slave_addr = {
         1: f"{slave0}.{name}-slave:{http_port}",
@@ -192,15 +194,31 @@ def test_user_path(
             ]
             client = c.client_pod(ns, broker_image)
 
-        with tl.step(f"produce {MESSAGES} messages (SYNC) through the client Service {svc}"):
+        with tl.step(f"produce {MESSAGES} messages (SYNC) through {namesrv} (remoting)"):
             res = c.client(
-                ns, client, "produce", "--broker", svc, "--topic", TOPIC, "--count", str(MESSAGES)
-            )
+                ns, client, "produce", "--namesrv", namesrv, "--topic", TOPIC,
+                "--count", str(MESSAGES),
+            )  # fmt: skip
             tl.say(f"[user-path]   produce took {res['seconds']}s: notAcked={res['notAcked']}")
             assert res["errorCount"] == 0, res["errors"]
             acked = {f"m-{i}" for i in res["acked"]}
             # a healthy SYNC group acknowledges everything (PUT_OK: on the master and a slave)
             assert acked == bodies(0, MESSAGES), res["notAcked"]
+
+        with tl.step("the real RocketMQ Java client through the namesrv Service"):
+            from e2e.javaclient import NODE_NAMESPACE, node_namespace, round_trip
+
+            java_ns = node_namespace()
+            if java_ns is None:  # kind or another cluster: no node namespace on this host
+                tl.say(f"[user-path]   skipped: no {NODE_NAMESPACE} namespace on this host")
+            else:
+                ip = c.kubectl(
+                    "-n", ns, "get", "svc", f"{name}-namesrv", "-o", "jsonpath={.spec.clusterIP}"
+                ).strip()
+                java = round_trip(java_ns, f"{ip}:9876", "java-orders", "java-readers", 300)
+                tl.say(f"[user-path]   Java client: {java}")
+                assert java["sent"]["sendOk"] == 300, java
+                assert java["unique"] == 300 and java["duplicates"] == 0, java
 
         with tl.step("every acknowledged message readable from the master and the slave"):
             on_master = c.client(ns, client, "read", "--broker", master_addr, "--topic", TOPIC)
@@ -235,8 +253,8 @@ def test_user_path(
                 ns,
                 client,
                 "consume",
-                "--brokers",
-                f"0={svc},1={slave_addr[1]}",
+                "--namesrv",
+                namesrv,
                 "--topic",
                 TOPIC,
                 "--group",
@@ -286,8 +304,8 @@ def test_user_path(
                 ns,
                 client,
                 "produce",
-                "--broker",
-                svc,
+                "--namesrv",
+                namesrv,
                 "--topic",
                 TOPIC,
                 "--count",
