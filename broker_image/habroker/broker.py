@@ -117,8 +117,12 @@ class BrokerController:
         else the HA master's host with this broker's listenPort (a group shares its ports)."""
         if not self.is_slave:
             return self.address
-        if self.registered_master_address:
-            return self.registered_master_address
+        return self.registered_master_address or self.configured_master_address
+
+    @property
+    def configured_master_address(self) -> str:
+        """The master's client address from configuration alone (masterAddress, else the HA
+        master's host with this broker's listenPort)."""
         if self.config.masterAddress:
             return self.config.masterAddress
         if not self.config.haMasterAddress:

@@ -96,7 +96,21 @@ class SlaveSynchronize:
                 log.warning("metadata sync skipped: %s", self.last_error)
             return False
         try:
-            await self._register(master)
+            try:
+                await self._register(master)
+            except RemotingError:
+                if not broker.registered_master_address:
+                    raise
+                # the address the master gave us last (a pod IP) may be gone with its pod: ask
+                # the configured one (the master's stable name) instead, at once
+                log.info(
+                    "master %s does not answer; registering with %s instead",
+                    master,
+                    broker.configured_master_address,
+                )
+                broker.registered_master_address = ""
+                master = broker.master_address
+                await self._register(master)
             master = broker.master_address
             topics = await self._get_json(master, RequestCode.GET_ALL_TOPIC_CONFIG)
             offsets = await self._get_json(master, RequestCode.GET_ALL_CONSUMER_OFFSET)

@@ -251,7 +251,22 @@ def test_operator_end_to_end(
     )
 
     # -- children with the right wiring -------------------------------------------------------
-    eventually(lambda: len(children(kube, ns, name)) == 7, what="7 children")
+    eventually(
+        lambda: (
+            children(kube, ns, name)
+            == {
+                ("ConfigMap", f"{name}-config"),
+                ("Service", f"{name}-master"),
+                ("Service", f"{name}-slave"),
+                ("Service", name),
+                ("Service", f"{name}-namesrv"),
+                ("StatefulSet", f"{name}-master"),
+                ("StatefulSet", f"{name}-slave"),
+                ("PodDisruptionBudget", name),
+            }
+        ),
+        what="8 children",
+    )
     for pod in (f"{name}-master-0", f"{name}-slave-0", f"{name}-slave-1"):
         kube.wait_ready(ns, pod, timeout=240)
     slave_env = kube.exec(ns, f"{name}-slave-1", "sh", "-c", "tr '\\0' '\\n' < /proc/1/environ")
