@@ -114,8 +114,9 @@ class Group:
                 names = ", ".join(sorted(q.broker_name for q in readable))
                 raise MQClientError(
                     f"topic {topic!r} is on several broker groups ({names}) per the route from "
-                    f"{self.namesrv_addr}; the brokergroup source reads one group: give "
-                    "namesrvAddr that group's brokers"
+                    f"{self.namesrv_addr}; the brokergroup source reads one group (its offsets "
+                    "are per queueId): give namesrvAddr the brokers of one habroker group, "
+                    "which route to their own group only"
                 )
             if not readable:
                 raise MQClientError(f"topic {topic!r} has no readable queue (route: {route})")
