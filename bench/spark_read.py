@@ -3,11 +3,19 @@
 
     .venv/bin/python -m bench.spark_read            # 2 M messages, 100-byte bodies, 3 runs
     .venv/bin/python -m bench.spark_read --messages 200000 --runs 3   # a quick look
+    .venv/bin/python -m bench.spark_read --compare-http d8ed04b       # vs the HTTP connector
 
 Both queries end in the ``noop`` sink, so what is timed is producing the rows inside Spark
-(for the connector: pulls over HTTP, decoding into Arrow, Arrow into Spark's rows). The group
-runs with slaveReadEnable and a small totalPhysicalMemorySize, so the backlog is read from the
-slave as it would be in production. Writes ``bench/results/spark_read.json`` and ``.png``.
+(for the connector: pulls over RocketMQ's remoting protocol, decoding into Arrow, Arrow into
+Spark's rows). The group runs with slaveReadEnable and a small totalPhysicalMemorySize, so the
+backlog is read from the slave as it would be in production. The backlog is produced over the
+HTTP API (pre-encoded batches: the quickest set-up). Writes ``bench/results/spark_read.json``
+and ``.png``.
+
+``--compare-http REF`` also loads the connector as it was at git commit REF (the last one that
+read over the HTTP API is d8ed04b) under the name ``brokergroup_http``, and times it in the same
+session against the same backlog, alternating which goes first, so the two are measured under
+the same load.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import os
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -25,6 +34,33 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = "pipeline/brokergroup_spark"
+OLD_NAME = "brokergroup_spark_http"
+
+
+def old_connector(ref: str, into: Path) -> Path:
+    """The connector's package as of commit ``ref``, renamed so it can be loaded beside the
+    current one: package ``brokergroup_spark_http``, data source ``brokergroup_http``."""
+    names = subprocess.run(
+        ["git", "-C", str(REPO), "ls-tree", "--name-only", f"{ref}:{PACKAGE}"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    package = into / OLD_NAME
+    package.mkdir(parents=True)
+    for name in names:
+        text = subprocess.run(
+            ["git", "-C", str(REPO), "show", f"{ref}:{PACKAGE}/{name}"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        text = text.replace("brokergroup_spark", OLD_NAME)
+        text = text.replace('return "brokergroup"', 'return "brokergroup_http"')
+        (package / name).write_text(text)
+    return into
 
 
 def produce(group: Any, topic: str, queues: int, messages: int, body: int) -> float:
@@ -51,9 +87,14 @@ def produce(group: Any, topic: str, queues: int, messages: int, body: int) -> fl
     return time.perf_counter() - start
 
 
-def session(cores: int, conf: list[str]) -> Any:
+def session(cores: int, conf: list[str], extra_path: Path | None = None) -> Any:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    if extra_path is not None:
+        # the Python workers import the old connector too: they inherit PYTHONPATH
+        sys.path.insert(0, str(extra_path))
+        old = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = str(extra_path) + (os.pathsep + old if old else "")
     from brokergroup_spark import register
     from pyspark.sql import SparkSession
 
@@ -71,6 +112,9 @@ def session(cores: int, conf: list[str]) -> Any:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
+    if extra_path is not None:
+        old_source = __import__(f"{OLD_NAME}.source", fromlist=["BrokerGroupDataSource"])
+        spark.dataSource.register(old_source.BrokerGroupDataSource)
     return spark
 
 
@@ -147,13 +191,17 @@ def plot(result: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     measured = [result["brokergroup"]["rows_per_s"], result["spark_range"]["rows_per_s"]]
-    names = ["brokergroup read\n(wall clock)", "spark.range\n(wall clock)"]
+    names = ["brokergroup read\n(remoting, wall clock)", "spark.range\n(wall clock)"]
+    if "brokergroup_http" in result:
+        measured.insert(1, result["brokergroup_http"]["rows_per_s"])
+        names.insert(1, "brokergroup read\n(HTTP, wall clock)")
     medians = [s["median"] for s in measured]
     low = [s["median"] - s["min"] for s in measured]
     high = [s["max"] - s["median"] for s in measured]
     idle = result["brokergroup_cpu_bound_rows_per_s"]["rows_per_s_on_idle_cores"]
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    ax.bar(names, medians, yerr=[low, high], capsize=8, color=["#4c72b0", "#999999"])
+    fig, ax = plt.subplots(figsize=(8.5 if len(names) == 3 else 7, 4.2))
+    colors = ["#4c72b0", *(["#dd8452"] if len(names) == 3 else []), "#999999"]
+    ax.bar(names, medians, yerr=[low, high], capsize=8, color=colors)
     ax.bar(
         ["brokergroup read\n(CPU s / 2 cores)"],
         [idle],
@@ -197,6 +245,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the broker stores")
     parser.add_argument("--out", type=Path, default=RESULTS / "spark_read.json")
     parser.add_argument("--plot-only", action="store_true", help="redraw the PNG from --out")
+    parser.add_argument(
+        "--compare-http",
+        metavar="REF",
+        help="also time the HTTP-API connector of this git commit (d8ed04b) in the same session",
+    )
     args = parser.parse_args(argv)
     if args.plot_only:
         plot(json.loads(args.out.read_text()), args.out.with_suffix(".png"))
@@ -217,38 +270,48 @@ def main(argv: list[str] | None = None) -> int:
         produce_s = produce(group, topic, args.queues, args.messages, args.body)
         rows = args.messages // args.queues * args.queues
         print(f"produced {rows} messages in {produce_s:.1f} s", flush=True)
-        spark = session(args.cores, args.conf)
+        old_path = old_connector(args.compare_http, root / "old") if args.compare_http else None
+        spark = session(args.cores, args.conf, old_path)
 
-        def reader(**extra: str) -> Any:
+        def reader(source: str = "brokergroup", **extra: str) -> Any:
             # a fresh DataFrameReader each time: .option() changes a reader in place
-            r = (
-                spark.read.format("brokergroup")
-                .option("endpoints", group.http_endpoints)
-                .option("topic", topic)
-                .option("maxRecordsPerPartition", str(args.records_per_partition))
-            )
+            r = spark.read.format(source).option("topic", topic)
+            if source == "brokergroup":
+                r = r.option("namesrvAddr", group.namesrv_addr)
+            else:
+                r = r.option("endpoints", group.http_endpoints)
+            r = r.option("maxRecordsPerPartition", str(args.records_per_partition))
             for key, value in extra.items():
                 r = r.option(key, value)
             return r.load()
 
-        # The first Python data source query pays for starting the workers: not timed.
-        reader(endingOffsets=json.dumps({topic: {"0": 1000}})).count()
-        served = {r.brokerId: r["count"] for r in reader().groupBy("brokerId").count().collect()}
-        if sum(served.values()) != rows:
-            raise SystemExit(f"read {sum(served.values())} rows, expected {rows}")
-        connector: list[float] = []
+        # the format name is also the result's key
+        sources = ["brokergroup", *(["brokergroup_http"] if old_path is not None else [])]
+        served: dict[str, dict[int, int]] = {}
+        for source in sources:
+            # The first Python data source query pays for starting the workers: not timed.
+            reader(source, endingOffsets=json.dumps({topic: {"0": 1000}})).count()
+            counts = reader(source).groupBy("brokerId").count().collect()
+            served[source] = {r.brokerId: r["count"] for r in counts}
+            if sum(served[source].values()) != rows:
+                raise SystemExit(f"{source} read {sum(served[source].values())} rows, not {rows}")
+        seconds: dict[str, list[float]] = {name: [] for name in sources}
+        cpus: dict[str, list[dict[str, float]]] = {name: [] for name in sources}
         ranged: list[float] = []
-        cpu: list[dict[str, float]] = []
         for run in range(args.runs):
-            connector.append(
-                timed(lambda: reader().write.format("noop").mode("overwrite").save(), cpu)
-            )
+            for source in sources if run % 2 == 0 else reversed(sources):
+
+                def read_all(source: str = source) -> None:
+                    reader(source).write.format("noop").mode("overwrite").save()
+
+                seconds[source].append(timed(read_all, cpus[source]))
             ranged.append(
                 timed(lambda: spark.range(rows).write.format("noop").mode("overwrite").save())
             )
+            rates = ", ".join(f"{n} {rows / seconds[n][-1]:,.0f} rows/s" for n in sources)
             print(
-                f"run {run + 1}: brokergroup {rows / connector[-1]:,.0f} rows/s, "
-                f"spark.range {rows / ranged[-1]:,.0f} rows/s; cpu s {cpu[-1]}",
+                f"run {run + 1}: {rates}, spark.range {rows / ranged[-1]:,.0f} rows/s; "
+                f"cpu s {cpus['brokergroup'][-1]}",
                 flush=True,
             )
         spark.stop()
@@ -257,9 +320,10 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
 
+    connector, cpu = seconds["brokergroup"], cpus["brokergroup"]
     cpu_per_run = [sum(v for k, v in c.items() if k != "driver_python") for c in cpu]
     cpu_s = statistics.median(cpu_per_run)
-    result = {
+    result: dict[str, Any] = {
         "benchmark": "spark_read",
         "config": {
             "messages": rows,
@@ -271,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
             "sink": "noop",
             "spark_conf": args.conf,
             "group": "master + 1 slave (ASYNC), slaveReadEnable=true",
+            "protocol": "remoting (namesrvAddr)",
         },
         "machine": {
             "cpus": os.cpu_count(),
@@ -278,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
             "platform": platform.platform(),
         },
         "produce_seconds": round(produce_s, 2),
-        "rows_served_by_broker": {str(k): v for k, v in sorted(served.items())},
+        "rows_served_by_broker": {str(k): v for k, v in sorted(served["brokergroup"].items())},
         "brokergroup": summary(rows, connector),
         "brokergroup_cpu_seconds_by_process": cpu,
         # The machine is shared: wall-clock rates depend on what else runs. CPU seconds do
@@ -291,12 +356,30 @@ def main(argv: list[str] | None = None) -> int:
         "load_average": {"before": load_before, "after": list(os.getloadavg())},
         "spark_range": summary(rows, ranged),
     }
+    if "brokergroup_http" in seconds:
+        result["brokergroup_http"] = {
+            "connector_commit": args.compare_http,
+            **summary(rows, seconds["brokergroup_http"]),
+            "cpu_seconds_by_process": cpus["brokergroup_http"],
+            "cpu_seconds_per_run_median": round(
+                statistics.median(
+                    sum(v for k, v in c.items() if k != "driver_python")
+                    for c in cpus["brokergroup_http"]
+                ),
+                2,
+            ),
+            "rows_served_by_broker": {
+                str(k): v for k, v in sorted(served["brokergroup_http"].items())
+            },
+        }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     plot(result, args.out.with_suffix(".png"))
     print(
         json.dumps(result["brokergroup"]["rows_per_s"]), "vs", result["spark_range"]["rows_per_s"]
     )
+    if "brokergroup_http" in result:
+        print("HTTP connector:", json.dumps(result["brokergroup_http"]["rows_per_s"]))
     return 0
 
 

@@ -257,6 +257,12 @@ class LocalGroup:
         connector take."""
         return ",".join(f"{b.config['brokerId']}={b.http_address}" for b in self.brokers)
 
+    @property
+    def namesrv_addr(self) -> str:
+        """Every broker's client address, ``;``-separated: what RocketMQ clients take as
+        ``namesrvAddr`` (each broker answers route requests for its group)."""
+        return ";".join(b.address for b in self.brokers)
+
     def http_broker_map(self) -> Mapping[int, str]:
         """HTTP API addresses by brokerId."""
         return {int(b.config["brokerId"]): b.http_address for b in self.brokers}

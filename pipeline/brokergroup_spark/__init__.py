@@ -4,9 +4,11 @@ Register it once per session::
 
     from brokergroup_spark import register
     register(spark)
-    spark.read.format("brokergroup").option("endpoints", "0=host:10913").option("topic", "t").load()
+    spark.read.format("brokergroup").option("namesrvAddr", "bg-namesrv:9876").option("topic", "t").load()
 
-``endpoints`` are the brokers' HTTP API addresses (``httpListenPort``, default 10913).
+``namesrvAddr`` is where RocketMQ clients find brokers (``host:port;host:port``): any broker of
+the group (its client port, ``listenPort``) or RocketMQ name servers. Reads, writes and group
+offsets all go over RocketMQ's remoting protocol.
 """
 
 from __future__ import annotations

@@ -15,19 +15,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from habroker.client._protocol import parse_brokers
+from habroker.client.route import parse_namesrv_addr
 
 EARLIEST = -2  # in per-queue offset JSON, as in Spark's Kafka source
 LATEST = -1
-MAX_PULL = 1024  # the broker's ceiling for messages per pull
-MAX_PRODUCE_ENTRIES = 4096  # the broker's ceiling for messages per produce request
+MAX_PULL = 1024  # messages per pull (a Java broker caps it lower: maxTransferCount*)
+MAX_PRODUCE_ENTRIES = 4096  # messages per SEND_BATCH_MESSAGE
+MAX_BATCH_BYTES = 4 * 1024 * 1024  # a batch's body, as the broker's default maxMessageSize
 
 OffsetSpec = Literal["earliest", "latest"] | dict[str, dict[int, int]]
 
 _TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
 
 READ_OPTIONS = (
-    "endpoints",
+    "namesrvAddr",
     "topic",
     "topics",
     "startingOffsets",
@@ -36,12 +37,24 @@ READ_OPTIONS = (
     "failOnDataLoss",
     "maxRecordsPerPartition",
     "consumerGroup",
-    "discoverSlaves",
     "pullBatchSize",
     "timeoutMs",
 )
-WRITE_OPTIONS = ("endpoints", "topic", "batchSize", "batchBytes", "timeoutMs")
+WRITE_OPTIONS = ("namesrvAddr", "topic", "batchSize", "batchBytes", "timeoutMs")
 _SPARKS_OWN = ("checkpointlocation",)  # Spark adds these to a streaming query's options
+# Options of earlier versions: refused with what replaces them, never silently reinterpreted.
+_RETIRED = {
+    "endpoints": (
+        "option endpoints (the brokers' HTTP API) is gone: the connector speaks RocketMQ's "
+        "remoting protocol now. Use namesrvAddr: the group's client addresses (listenPort, "
+        "default 10911; in Kubernetes the <group>-namesrv Service, port 9876) or RocketMQ name "
+        "servers, ';'-separated host:port"
+    ),
+    "discoverslaves": (
+        "option discoverSlaves is gone: the slaves come with the topic's route from namesrvAddr "
+        "(the addresses they register), so backlog reads follow redirection without it"
+    ),
+}
 _STREAM_ONLY = ("maxOffsetsPerTrigger",)
 _BATCH_ONLY = ("endingOffsets",)
 
@@ -52,7 +65,7 @@ class OptionError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class ReadOptions:
-    brokers: dict[int, str]
+    namesrv_addr: str
     topics: tuple[str, ...]
     starting: OffsetSpec
     ending: OffsetSpec
@@ -60,14 +73,13 @@ class ReadOptions:
     fail_on_data_loss: bool
     max_records_per_partition: int | None
     consumer_group: str | None
-    discover_slaves: bool
     pull_batch_size: int
     timeout: float
 
 
 @dataclass(frozen=True, slots=True)
 class WriteOptions:
-    brokers: dict[int, str]
+    namesrv_addr: str
     topic: str | None
     batch_size: int
     batch_bytes: int
@@ -79,6 +91,9 @@ class _Options:
 
     def __init__(self, raw: Mapping[str, str], known: tuple[str, ...], kind: str) -> None:
         self.values = {str(k).lower(): str(v) for k, v in raw.items()}
+        retired = sorted(set(self.values) & set(_RETIRED))
+        if retired:
+            raise OptionError(_RETIRED[retired[0]])
         by_lower = {name.lower(): name for name in known}
         unknown = sorted(set(self.values) - set(by_lower) - set(_SPARKS_OWN))
         if unknown:
@@ -118,25 +133,19 @@ class _Options:
         raise OptionError(f"option {name}={text!r}: expected true or false")
 
 
-def _brokers(opts: _Options) -> dict[int, str]:
-    text = opts.get("endpoints")
+def _namesrv_addr(opts: _Options) -> str:
+    """Where routes come from, as RocketMQ clients take it: ``host:port;host:port``."""
+    text = opts.get("namesrvAddr")
     if not text:
         raise OptionError(
-            "option endpoints is required: the brokers' HTTP API (httpListenPort, default "
-            "10913): the group's client Service as host:port (master only), or every broker as "
-            "brokerId=host:port, e.g. 0=bg-0:10913,1=bg-1:10913"
+            "option namesrvAddr is required: where the group's routes come from, as "
+            "';'-separated host:port — any broker of the group (listenPort, default 10911; in "
+            "Kubernetes the <group>-namesrv Service, port 9876) or RocketMQ name servers"
         )
     try:
-        brokers = parse_brokers(text)
+        return ";".join(parse_namesrv_addr(text))
     except ValueError as exc:
-        raise OptionError(f"option endpoints={text!r}: {exc}") from None
-    for broker_id, address in brokers.items():
-        host, sep, port = address.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise OptionError(
-                f"option endpoints={text!r}: broker {broker_id} address {address!r} is not host:port"
-            )
-    return brokers
+        raise OptionError(f"option namesrvAddr={text!r}: {exc}") from None
 
 
 def _topic(name: str, option: str) -> str:
@@ -207,7 +216,7 @@ def parse_read_options(raw: Mapping[str, str], *, streaming: bool) -> ReadOption
         if opts.get(name) is not None:
             other = "batch" if streaming else "streaming"
             raise OptionError(f"option {name} applies to {other} reads only, not {mode} reads")
-    brokers = _brokers(opts)
+    namesrv_addr = _namesrv_addr(opts)
     topics = _topics(opts)
     starting_text = opts.get("startingOffsets") or ("latest" if streaming else "earliest")
     starting = parse_offsets("startingOffsets", starting_text, topics, ending=False)
@@ -230,7 +239,7 @@ def parse_read_options(raw: Mapping[str, str], *, streaming: bool) -> ReadOption
             f"option consumerGroup={group!r}: 1-127 of a-z A-Z 0-9 _ - % | (as topic names)"
         )
     return ReadOptions(
-        brokers=brokers,
+        namesrv_addr=namesrv_addr,
         topics=topics,
         starting=starting,
         ending=ending,
@@ -238,7 +247,6 @@ def parse_read_options(raw: Mapping[str, str], *, streaming: bool) -> ReadOption
         fail_on_data_loss=opts.boolean("failOnDataLoss", True),
         max_records_per_partition=opts.integer("maxRecordsPerPartition", None, 1),
         consumer_group=group,
-        discover_slaves=opts.boolean("discoverSlaves", False),
         pull_batch_size=opts.integer("pullBatchSize", MAX_PULL, 1, MAX_PULL) or MAX_PULL,
         timeout=(opts.integer("timeoutMs", 30_000, 1) or 30_000) / 1000,
     )
@@ -248,9 +256,10 @@ def parse_write_options(raw: Mapping[str, str]) -> WriteOptions:
     opts = _Options(raw, WRITE_OPTIONS, "write")
     topic = opts.get("topic") or None
     return WriteOptions(
-        brokers=_brokers(opts),
+        namesrv_addr=_namesrv_addr(opts),
         topic=None if topic is None else _topic(topic, "topic"),
         batch_size=opts.integer("batchSize", 1024, 1, MAX_PRODUCE_ENTRIES) or 1024,
-        batch_bytes=opts.integer("batchBytes", 4 * 1024 * 1024, 1024) or 4 * 1024 * 1024,
+        batch_bytes=opts.integer("batchBytes", MAX_BATCH_BYTES, 1024, MAX_BATCH_BYTES)
+        or MAX_BATCH_BYTES,
         timeout=(opts.integer("timeoutMs", 30_000, 1) or 30_000) / 1000,
     )

@@ -28,13 +28,13 @@ class QueueRange(InputPartition):
         queue_id: int,
         start: int,
         end: int,
-        brokers: dict[int, str] | None = None,
+        broker_name: str = "",
     ) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.start = start
         self.end = end
-        self.brokers = brokers  # set when the planner discovered slaves beyond ``endpoints``
+        self.broker_name = broker_name  # the broker group holding the queue (its route says)
 
     def __repr__(self) -> str:
         return f"QueueRange({self.topic}/{self.queue_id} [{self.start}, {self.end}))"

@@ -2,17 +2,18 @@
 
 Where each method runs matters (see docs/spark.md): ``reader()``/``partitions()`` plan on the
 driver side, ``read()``/``write()`` run in executor workers on pickled copies — so the objects
-below hold only parsed options, and connections are opened inside ``read()``/``write()``.
+below hold only parsed options and plain partitions, and every task opens its own remoting
+client (:class:`~brokergroup_spark.group.Group`, on a private event loop) and closes it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
-from habroker.client import BrokerAPIError
+from habroker.client import MQClientError
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -28,7 +29,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from brokergroup_spark import plan
-from brokergroup_spark.group import Group
+from brokergroup_spark.group import Group, TopicPlacement
 from brokergroup_spark.options import (
     OptionError,
     ReadOptions,
@@ -87,25 +88,29 @@ def _append_only(overwrite: bool) -> None:
         )
 
 
-def _with_brokers(
-    parts: list[plan.QueueRange], brokers: dict[int, str] | None
+def _placed(
+    parts: list[plan.QueueRange], placements: Mapping[str, TopicPlacement]
 ) -> list[plan.QueueRange]:
     for part in parts:
-        part.brokers = brokers
+        part.broker_name = placements[part.topic].broker_name
     return parts
+
+
+def _group(options: ReadOptions) -> Group:
+    return Group(options.namesrv_addr, options.timeout, options.consumer_group)
 
 
 def read_partition(options: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     """What every task runs: one queue range, pulled and decoded into Arrow."""
     assert isinstance(partition, plan.QueueRange)
-    with Group(partition.brokers or options.brokers, options.timeout) as group:
+    with _group(options) as group:
         yield from group.read_range(
             partition.topic,
             partition.queue_id,
             partition.start,
             partition.end,
+            broker_name=partition.broker_name,
             batch=options.pull_batch_size,
-            group=options.consumer_group,
             fail_on_data_loss=options.fail_on_data_loss,
         )
 
@@ -115,9 +120,8 @@ class BatchReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> Sequence[InputPartition]:
-        with Group(self.options.brokers, self.options.timeout) as group:
-            bounds = group.bounds(self.options.topics)
-            brokers = group.discover() if self.options.discover_slaves else None
+        with _group(self.options) as group:
+            bounds, placements = group.plan(self.options.topics)
         start = plan.resolve(
             self.options.starting, bounds, name="startingOffsets", default="earliest"
         )
@@ -128,9 +132,7 @@ class BatchReader(DataSourceReader):
                     f"{queue[0]}/{queue[1]}: endingOffsets {end[queue]} is before "
                     f"startingOffsets {offset}"
                 )
-        return _with_brokers(
-            plan.ranges(start, end, self.options.max_records_per_partition), brokers
-        )
+        return _placed(plan.ranges(start, end, self.options.max_records_per_partition), placements)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(self.options, partition)
@@ -144,22 +146,29 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self._target: plan.Offsets | None = None  # availableNow: the end fixed at start
         self._group: Group | None = None
+        self._placements: dict[str, TopicPlacement] = {}
 
     @property
     def group(self) -> Group:
         if self._group is None:
-            self._group = Group(self.options.brokers, self.options.timeout)
+            self._group = _group(self.options)
         return self._group
 
     def __getstate__(self) -> dict[str, Any]:
         # executors get pickled copies for read(): connections stay with the planner
-        return {"options": self.options, "_target": self._target, "_group": None}
+        return {
+            "options": self.options,
+            "_target": self._target,
+            "_group": None,
+            "_placements": self._placements,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
 
     def _bounds(self) -> dict[plan.Queue, tuple[int, int]]:
-        return self.group.bounds(self.options.topics)
+        bounds, self._placements = self.group.plan(self.options.topics)
+        return bounds
 
     def initialOffset(self) -> dict[str, Any]:
         start = plan.resolve(
@@ -193,27 +202,26 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         bounds = self._bounds()
-        brokers = self.group.discover() if self.options.discover_slaves else None
-        return _with_brokers(
+        return _placed(
             plan.ranges(
                 plan.from_json(start),
                 plan.from_json(end),
                 self.options.max_records_per_partition,
                 bounds,
             ),
-            brokers,
+            self._placements,
         )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(self.options, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
-        """Report progress to the broker: informational (the checkpoint is the truth), so a
-        broker that cannot take it costs a warning, never the query."""
+        """Report progress to the master (UPDATE_CONSUMER_OFFSET): informational (the checkpoint
+        is the truth), so a broker that cannot take it costs a warning, never the query."""
         if self.options.consumer_group:
             try:
-                self.group.commit(self.options.consumer_group, plan.from_json(end))
-            except (OSError, BrokerAPIError) as exc:
+                self.group.commit(plan.from_json(end))
+            except (OSError, MQClientError) as exc:
                 log.warning(
                     "reporting offsets of group %s failed: %s", self.options.consumer_group, exc
                 )

@@ -1,10 +1,16 @@
-"""Rows into produce requests: RocketMQ client batches, one request per (topic, queue) batch.
+"""Rows into SEND_BATCH_MESSAGE requests: one RocketMQ client batch per (topic, queue) batch.
+
+Every task sends through its own remoting producer (:class:`~habroker.client.SyncMQProducer`,
+on a private event loop), which finds the topic's master through ``namesrvAddr`` and is closed
+when the task ends.
 
 Delivery is at-least-once. The broker has no transactions or idempotent producers, so a
 request it stored stays stored: when a task fails after some of its requests were stored and
 Spark retries the task, the retry sends all of the task's rows again and those rows are stored
 twice. Nothing is lost — a task only succeeds once every request of its own attempt was stored —
-and readers that need exactly-once deduplicate on a key of their own (e.g. ``key``).
+and readers that need exactly-once deduplicate on a key of their own (e.g. ``key``). The
+producer itself retries a request the broker did not answer or answered "busy" (RocketMQ's
+retryTimesWhenSendFailed), which can store a batch twice the same way.
 """
 
 from __future__ import annotations
@@ -14,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-from habroker.client import BrokerAPIError, Producer
-from habroker.wire import encode_entry, encode_properties
+from habroker.client import MQClientError, OutgoingMessage, SyncMQProducer
+from habroker.wire import ENTRY_OVERHEAD, encode_properties
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -34,7 +40,9 @@ from pyspark.sql.types import (
 
 from brokergroup_spark.options import OptionError, WriteOptions
 
-MASTER = 0
+PRODUCER_GROUP = "brokergroup_spark"
+# the property the producer adds to every message (UNIQ_KEY, 32 hex digits) and its separators
+_UNIQ_KEY_BYTES = 48
 _TEXT = (StringType, BinaryType)
 _ACCEPTED: dict[str, tuple[type[DataType], ...]] = {
     "body": _TEXT,
@@ -93,35 +101,38 @@ class _Batcher:
 
     def __init__(self, options: WriteOptions) -> None:
         self.options = options
-        self.producer = Producer(options.brokers[MASTER], options.timeout)
-        self.pending: dict[tuple[str, int | None], list[bytes]] = {}
+        self.producer = SyncMQProducer(
+            options.namesrv_addr, PRODUCER_GROUP, send_timeout=options.timeout
+        )
+        self.pending: dict[tuple[str, int | None], list[OutgoingMessage]] = {}
         self.sizes: dict[tuple[str, int | None], int] = {}
         self.report = WriteReport()
 
-    def add(self, topic: str, queue: int | None, entry: bytes) -> None:
+    def add(self, topic: str, queue: int | None, message: OutgoingMessage, size: int) -> None:
+        """Queue a message whose batch entry is ``size`` bytes (with the producer's UNIQ_KEY)."""
         dest = (topic, queue)
-        if self.sizes.get(dest, 0) + len(entry) > self.options.batch_bytes:
+        if self.sizes.get(dest, 0) + size > self.options.batch_bytes:
             self.flush(dest)
-        self.pending.setdefault(dest, []).append(entry)
-        self.sizes[dest] = self.sizes.get(dest, 0) + len(entry)
+        self.pending.setdefault(dest, []).append(message)
+        self.sizes[dest] = self.sizes.get(dest, 0) + size
         if len(self.pending[dest]) >= self.options.batch_size:
             self.flush(dest)
 
     def flush(self, dest: tuple[str, int | None]) -> None:
-        entries = self.pending.pop(dest, [])
+        messages = self.pending.pop(dest, [])
         self.sizes.pop(dest, None)
-        if not entries:
+        if not messages:
             return
         topic, queue = dest
         try:
-            result = self.producer.send_encoded(topic, b"".join(entries), queue_id=queue)
-        except BrokerAPIError as exc:
+            result = self.producer.send_batch(topic, messages, queue=queue)
+        except MQClientError as exc:
             raise RuntimeError(
-                f"producing {len(entries)} message(s) to {topic}"
+                f"producing {len(messages)} message(s) to {topic}"
                 f"{'' if queue is None else f'/{queue}'} failed: {exc}"
             ) from exc
-        if not result.ok:
-            raise RuntimeError(f"producing to {topic}: broker answered {result.status}")
+        # every SendStatus means stored on the master (FLUSH_*/SLAVE_* leave the flush or the
+        # slave's copy unconfirmed, as RocketMQ reports it)
         self.report.messages += result.count
         self.report.requests += 1
         name = f"{result.topic}/{result.queue_id}"
@@ -130,7 +141,6 @@ class _Batcher:
     def finish(self) -> WriteReport:
         for dest in list(self.pending):
             self.flush(dest)
-        self.producer.close()
         return self.report
 
 
@@ -148,8 +158,10 @@ def write_batches(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> W
             for i, body in enumerate(bodies):
                 row = seen + i
                 if body is None:
-                    raise ValueError(f"row {row}: body is null (an empty body is b'')")
+                    raise ValueError(f"row {row}: body is null")
                 raw = body.encode() if isinstance(body, str) else body
+                if not raw:
+                    raise ValueError(f"row {row}: body is empty (RocketMQ refuses empty bodies)")
                 topic = (topics[i] if topics else None) or options.topic
                 if topic is None:
                     raise ValueError(f"row {row}: topic is null and no topic option is set")
@@ -162,9 +174,14 @@ def write_batches(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> W
                     encoded = encode_properties(merged)
                 except ValueError as exc:
                     raise ValueError(f"row {row}: {exc}") from None
-                entry = encode_entry(raw, encoded)
+                size = ENTRY_OVERHEAD + len(raw) + len(encoded) + _UNIQ_KEY_BYTES
                 queue = queues[i] if queues else None
-                batcher.add(topic, None if queue is None or queue < 0 else int(queue), entry)
+                batcher.add(
+                    topic,
+                    None if queue is None or queue < 0 else int(queue),
+                    OutgoingMessage(raw, properties=merged),
+                    size,
+                )
             seen += len(bodies)
         return batcher.finish()
     finally:

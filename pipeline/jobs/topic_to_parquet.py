@@ -1,8 +1,8 @@
 """Copy a topic into parquet, incrementally: each run appends what arrived since the last one.
 
-    # against a running group (e.g. a port-forwarded BrokerGroup)
+    # against a running group: any of its brokers (client port) or RocketMQ name servers
     .venv/bin/python pipeline/jobs/topic_to_parquet.py \\
-        --endpoints 0=127.0.0.1:10913,1=127.0.0.1:10923 --topic orders \\
+        --namesrv-addr '127.0.0.1:10911;127.0.0.1:10921' --topic orders \\
         --output /data/orders --checkpoint /data/orders.ckpt
 
     # self-contained: a local master + slave, two runs with new messages in between
@@ -48,7 +48,7 @@ def run(spark: Any, args: argparse.Namespace) -> int:
     """One incremental run; returns how many messages it wrote."""
     source = (
         spark.readStream.format("brokergroup")
-        .option("endpoints", args.endpoints)
+        .option("namesrvAddr", args.namesrv_addr)
         .option("topic", args.topic)
         .option("startingOffsets", args.starting_offsets)
         .option("maxOffsetsPerTrigger", str(args.max_per_trigger))
@@ -82,19 +82,20 @@ def run(spark: Any, args: argparse.Namespace) -> int:
 
 
 def demo(args: argparse.Namespace) -> int:
-    from habroker.client import OutgoingMessage, Producer
+    from habroker.client import OutgoingMessage, SyncMQAdmin, SyncMQProducer
     from habroker.local import LocalGroup
 
     root = Path(tempfile.mkdtemp(prefix="topic-to-parquet-"))
     args.output, args.checkpoint = root / "parquet", root / "checkpoint"
     args.topic, args.starting_offsets = "orders", "earliest"
     with LocalGroup(root / "group", slaveReadEnable=True) as group:
-        args.endpoints = group.http_endpoints
+        args.namesrv_addr = group.namesrv_addr
 
         def send(first: int, count: int) -> None:
-            with Producer(group.master.http_address) as producer:
-                if first == 0:
-                    producer.create_topic(args.topic, 4)
+            if first == 0:
+                with SyncMQAdmin(group.namesrv_addr) as admin:
+                    admin.create_topic(args.topic, 4)
+            with SyncMQProducer(group.namesrv_addr) as producer:
                 for start in range(first, first + count, 1000):
                     batch = [
                         OutgoingMessage(f'{{"order": {i}}}'.encode(), tags="new", keys=f"o-{i}")
@@ -119,9 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--demo", action="store_true", help="run against a local master + slave")
     parser.add_argument(
-        "--endpoints",
-        help="HTTP API addresses (httpListenPort, default 10913): 0=host:port,1=host:port "
-        "(or the client Service)",
+        "--namesrv-addr",
+        help="where the group's routes come from, ';'-separated host:port: any broker of the "
+        "group (listenPort, default 10911; in Kubernetes the <group>-namesrv Service, port "
+        "9876) or RocketMQ name servers",
     )
     parser.add_argument("--topic")
     parser.add_argument("--output", type=Path, help="parquet directory")
@@ -133,9 +135,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.demo:
         return demo(args)
-    missing = [n for n in ("endpoints", "topic", "output", "checkpoint") if not getattr(args, n)]
+    names = ("namesrv_addr", "topic", "output", "checkpoint")
+    missing = [n for n in names if not getattr(args, n)]
     if missing:
-        parser.error("missing " + ", ".join(f"--{n}" for n in missing) + " (or use --demo)")
+        flags = ", ".join("--" + n.replace("_", "-") for n in missing)
+        parser.error(f"missing {flags} (or use --demo)")
     spark = spark_session()
     print(f"wrote {run(spark, args)} messages to {args.output}")
     spark.stop()

@@ -1,7 +1,8 @@
 """failOnDataLoss: offsets that retention removed fail the query, or are skipped with a warning.
 
 Retention is made to happen now: the master's older commit-log files get an mtime far past
-fileReservedTime, then ``POST /v1/admin/clean-expired`` deletes them (queues follow).
+fileReservedTime, then ``POST /v1/admin/clean-expired`` (the broker's HTTP admin API) deletes
+them (queues follow).
 """
 
 import os
@@ -38,7 +39,7 @@ def expired(tmp_path_factory):
             "POST", "/v1/admin/clean-expired"
         )
         assert cleaned["deletedFiles"] >= 1, cleaned
-        with Group({0: group.master.http_address}) as client:
+        with Group(group.master.address) as client:
             low, high = client.bounds(("old",))[("old", 0)]
         assert 0 < low < high == 2000
         yield group, low
@@ -67,7 +68,7 @@ def test_earliest_starts_at_what_is_left(spark, expired):
 
 def test_client_reports_loss_inside_a_range(expired):
     group, low = expired
-    with Group({0: group.master.http_address}) as client:
+    with Group(group.master.address) as client:
         with pytest.raises(RuntimeError, match="failOnDataLoss=false"):
             list(client.read_range("old", 0, 0, 2000))
         rows = sum(

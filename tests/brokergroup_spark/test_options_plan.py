@@ -2,17 +2,17 @@ import pytest
 from brokergroup_spark import plan
 from brokergroup_spark.options import OptionError, parse_read_options, parse_write_options
 
-EP = "0=127.0.0.1:10913,1=127.0.0.1:10923"
+NS = "127.0.0.1:10911; 127.0.0.1:10921"
 
 
 def read(streaming=False, **opts):
-    raw = {"endpoints": EP, "topic": "t", **opts}
+    raw = {"namesrvAddr": NS, "topic": "t", **opts}
     return parse_read_options({k.lower(): str(v) for k, v in raw.items()}, streaming=streaming)
 
 
 def test_defaults_follow_the_kafka_source():
     batch, stream = read(), read(streaming=True)
-    assert batch.brokers == {0: "127.0.0.1:10913", 1: "127.0.0.1:10923"}
+    assert batch.namesrv_addr == "127.0.0.1:10911;127.0.0.1:10921"
     assert (batch.starting, batch.ending, stream.starting) == ("earliest", "latest", "latest")
     assert batch.fail_on_data_loss and batch.max_records_per_partition is None
     assert batch.pull_batch_size == 1024 and batch.timeout == 30.0
@@ -31,9 +31,11 @@ def test_offsets_json():
 @pytest.mark.parametrize(
     ("opts", "streaming", "message"),
     [
-        ({"endpoints": ""}, False, "endpoints is required"),
-        ({"endpoints": "1=h:1"}, False, "needs the master"),
-        ({"endpoints": "0=nohost"}, False, "is not host:port"),
+        ({"namesrvAddr": ""}, False, "namesrvAddr is required"),
+        ({"namesrvAddr": "nohost"}, False, "expected host:port"),
+        ({"namesrvAddr": "h:99999"}, False, "expected host:port"),
+        ({"endpoints": "0=h:10913"}, False, "endpoints .* is gone.*Use namesrvAddr"),
+        ({"discoverSlaves": "true"}, False, "discoverSlaves is gone"),
         ({"topic": None}, False, "topic .or topics"),
         ({"topics": "a,b"}, False, "not both"),
         ({"topic": "bad topic"}, False, "not a valid name"),
@@ -55,19 +57,27 @@ def test_offsets_json():
     ],
 )
 def test_bad_options_are_rejected_clearly(opts, streaming, message):
-    raw = {"endpoints": EP, "topic": "t", **opts}
+    raw = {"namesrvAddr": NS, "topic": "t", **opts}
     raw = {k.lower(): str(v) for k, v in raw.items() if v is not None}
     with pytest.raises(OptionError, match=message):
         parse_read_options(raw, streaming=streaming)
 
 
 def test_write_options():
-    opts = parse_write_options({"endpoints": EP, "topic": "t", "batchsize": "10"})
-    assert (opts.topic, opts.batch_size, opts.brokers[0]) == ("t", 10, "127.0.0.1:10913")
+    opts = parse_write_options({"namesrvaddr": NS, "topic": "t", "batchsize": "10"})
+    assert (opts.topic, opts.batch_size, opts.namesrv_addr) == (
+        "t",
+        10,
+        "127.0.0.1:10911;127.0.0.1:10921",
+    )
     with pytest.raises(OptionError, match=r"unknown write option.*startingoffsets"):
-        parse_write_options({"endpoints": EP, "startingoffsets": "earliest"})
+        parse_write_options({"namesrvaddr": NS, "startingoffsets": "earliest"})
     with pytest.raises(OptionError, match="between 1 and 4096"):
-        parse_write_options({"endpoints": EP, "batchsize": "5000"})
+        parse_write_options({"namesrvaddr": NS, "batchsize": "5000"})
+    with pytest.raises(OptionError, match="between 1024 and 4194304"):
+        parse_write_options({"namesrvaddr": NS, "batchbytes": str(8 << 20)})
+    with pytest.raises(OptionError, match="Use namesrvAddr"):
+        parse_write_options({"endpoints": "0=h:10913", "topic": "t"})
 
 
 BOUNDS = {("t", 0): (10, 100), ("t", 1): (0, 50), ("u", 0): (0, 0)}

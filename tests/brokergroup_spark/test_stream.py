@@ -1,13 +1,13 @@
 """Structured streaming: checkpointed offsets, restart without duplicates or loss, triggers,
 rate limit per trigger, progress reported to the broker's consumer-offset table."""
 
-from habroker.client.sync import BrokerConnection
+from habroker.client import SyncMQAdmin
 
-from tests.brokergroup_spark.conftest import produce, wait_for
+from tests.brokergroup_spark.conftest import create_topic, produce, wait_for
 
 
 def stream(spark, group, topic, **options):
-    reader = spark.readStream.format("brokergroup").option("endpoints", group.http_endpoints)
+    reader = spark.readStream.format("brokergroup").option("namesrvAddr", group.namesrv_addr)
     reader = reader.option("topic", topic)
     for key, value in options.items():
         reader = reader.option(key, str(value))
@@ -46,10 +46,13 @@ def test_restarted_query_resumes_without_duplicates_or_loss(spark, group, tmp_pa
     assert set(keys) == {(q, i) for q in range(2) for i in range(500)}
 
     # Spark commits each batch to the source when the next one is planned: the group's
-    # offsets on the broker trail the checkpoint by at most one batch, and never lead it.
-    master = BrokerConnection(group.master.http_address)
-    table = master.json("GET", "/v1/consumer-offsets")["offsetTable"]["resume@etl"]
-    assert all(300 <= table[str(q)] <= 500 for q in range(2)), table
+    # offsets on the broker (UPDATE_CONSUMER_OFFSET) trail the checkpoint by at most one
+    # batch, and never lead it; `consumer progress` (GET_CONSUME_STATS) shows them.
+    with SyncMQAdmin(group.master.address) as admin:
+        progress = admin.consumer_progress("etl", "resume")
+    table = {p.message_queue.queue_id: p.consumer_offset for p in progress}
+    assert set(table) == {0, 1} and all(300 <= table[q] <= 500 for q in range(2)), table
+    assert all(p.broker_offset == 500 for p in progress)
 
 
 def test_processing_time_trigger_reads_new_messages(spark, group):
@@ -80,8 +83,7 @@ def test_stream_picks_up_queues_added_to_the_topic(spark, group, tmp_path):
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
     df = stream(spark, group, "grow", startingOffsets="earliest")
     assert sum(run_available_now(df, out, ckpt)) == 20
-    master = BrokerConnection(group.master.http_address)
-    master.json("POST", "/v1/topics", {"topic": "grow", "readQueueNums": 2, "writeQueueNums": 2})
+    create_topic(group, "grow", 2)  # UPDATE_AND_CREATE_TOPIC with more queues
     produce(group, "grow", queues=2, per_queue=10, first=20)  # queue 1 gets offsets 0..9
     assert sum(run_available_now(df, out, ckpt)) == 20
     rows = spark.read.parquet(str(out)).select("queueId", "queueOffset").collect()

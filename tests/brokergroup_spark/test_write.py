@@ -1,7 +1,6 @@
 """Writing: batch and streaming round trips, clear errors, and at-least-once on task retry."""
 
 import pytest
-from habroker.client import Producer
 from pyspark.sql.types import (
     BinaryType,
     IntegerType,
@@ -11,7 +10,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from tests.brokergroup_spark.conftest import produce, read
+from tests.brokergroup_spark.conftest import create_topic, produce, read
 
 ROWS = StructType(
     [
@@ -25,13 +24,8 @@ ROWS = StructType(
 )
 
 
-def create_topic(group, topic, queues):
-    with Producer(group.master.http_address) as producer:
-        producer.create_topic(topic, queues)
-
-
 def write(df, group, **options):
-    writer = df.write.format("brokergroup").mode("append").option("endpoints", group.http_endpoints)
+    writer = df.write.format("brokergroup").mode("append").option("namesrvAddr", group.namesrv_addr)
     for key, value in options.items():
         writer = writer.option(key, str(value))
     writer.save()
@@ -83,7 +77,7 @@ def test_stream_write_copies_a_topic(spark, group, tmp_path):
     create_topic(group, "copy-dst", 1)
     src = (
         spark.readStream.format("brokergroup")
-        .option("endpoints", group.http_endpoints)
+        .option("namesrvAddr", group.namesrv_addr)
         .option("topic", "copy-src")
         .option("startingOffsets", "earliest")
         .load()
@@ -91,7 +85,7 @@ def test_stream_write_copies_a_topic(spark, group, tmp_path):
     )
     query = (
         src.writeStream.format("brokergroup")
-        .option("endpoints", group.http_endpoints)
+        .option("namesrvAddr", group.master.address)  # the master alone is enough
         .option("topic", "copy-dst")
         .option("checkpointLocation", str(tmp_path / "ckpt"))
         .trigger(availableNow=True)
@@ -114,6 +108,7 @@ def test_stream_write_copies_a_topic(spark, group, tmp_path):
         ("body int", {"topic": "written"}, "column body has type int"),
         ("body binary, properties map<string,int>", {"topic": "written"}, "map<string,string>"),
         ("body binary", {"topic": "written", "batchSize": 0}, "batchSize=0"),
+        ("body binary", {"topic": "written", "batchBytes": 5 << 20}, "batchBytes=5242880"),
     ],
 )
 def test_bad_writes_fail_before_any_task(spark, group, ddl, options, message_part):
@@ -124,7 +119,7 @@ def test_bad_writes_fail_before_any_task(spark, group, ddl, options, message_par
 
 def test_broker_refusal_names_the_problem(spark, group):
     df = spark.createDataFrame([(b"x",)], "body binary")
-    with pytest.raises(Exception, match="unknown_topic"):
+    with pytest.raises(Exception, match="topic 'not-created' does not exist"):
         write(df, group, topic="not-created")
 
 
@@ -133,8 +128,8 @@ def test_retried_task_resends_its_rows_at_least_once(spark, group):
     stored by the failed attempt are stored again (duplicates), and none is lost.
 
     The first attempt sends rows 40.. to a queue the topic does not have: the broker stores the
-    first request (rows 0-39, queue 0) and refuses the second, which fails the task. The retry
-    sends all 100 rows to queue 0.
+    first request (rows 0-39, queue 0) and the producer refuses the second (the route has no
+    such queue), which fails the task. The retry sends all 100 rows to queue 0.
     """
     create_topic(group, "retry", 1)
 
@@ -165,8 +160,10 @@ def test_retried_task_resends_its_rows_at_least_once(spark, group):
 
 def test_a_task_that_keeps_failing_fails_the_job_and_keeps_what_was_stored(spark, group):
     create_topic(group, "refused", 1)
-    df = spark.createDataFrame([(b"a", 0), (b"b", 0), (b"c", 3)], "body binary, queueId int")
-    with pytest.raises(Exception, match="unknown_queue"):
+    # the third body is over the broker's maxMessageSize (256 KiB here): the broker refuses it
+    big = b"c" * (300 * 1024)
+    df = spark.createDataFrame([(b"a",), (b"b",), (big,)], "body binary")
+    with pytest.raises(Exception, match="refused SEND_BATCH_MESSAGE"):
         write(df.coalesce(1), group, topic="refused", batchSize=2)
     # two attempts, each stored its first request before the broker refused the second
     assert sorted(r.body for r in read(spark, group, "refused").collect()) == [

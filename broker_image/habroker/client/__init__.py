@@ -12,8 +12,8 @@ more ``host:port`` separated by ``;``: any broker of a habroker group, or a Rock
 * :class:`ClientInstance` — the connections, route cache and heartbeats these share.
 * :class:`SyncMQProducer`, :class:`SyncMQPullConsumer`, :class:`SyncMQAdmin` — blocking facades.
 
-**HTTP API** (addresses are the brokers' ``httpListenPort``, default 10913; what the operator, the Spark connector and older scripts use
-until they move to remoting): :class:`AsyncProducer` and :class:`PullConsumer` (asyncio,
+**HTTP API** (addresses are the brokers' ``httpListenPort``, default 10913; what the operator
+and older scripts use): :class:`AsyncProducer` and :class:`PullConsumer` (asyncio,
 aiohttp), :class:`Producer`, :class:`BrokerGroupReader` and :class:`BrokerConnection`
 (blocking); their results are :class:`HttpSendResult` / :class:`HttpPullResult` and their errors
 :class:`BrokerAPIError`.

@@ -260,9 +260,10 @@ class MQPullConsumer:
         ext = answer.ext_fields
         suggestion = int(ext.get("suggestWhichBrokerId", MASTER_ID))
         next_offset = int(ext.get("nextBeginOffset", offset))
-        if status is PullStatus.NO_MATCHED_MSG and broker_id != suggestion:
+        if status is PullStatus.NO_MATCHED_MSG and broker_id not in (MASTER_ID, suggestion):
             # "ask that broker instead": a 4.9 slave without slaveReadEnable says so with the
-            # nextBeginOffset of messages it read but did not send; never skip past them
+            # nextBeginOffset of messages it read but did not send; never skip past them.  A
+            # master's nextBeginOffset stands (units it skipped: filtered, or their bytes gone)
             next_offset = offset
         self.pull_from[mq] = suggestion
         self.served_by[mq] = broker_id

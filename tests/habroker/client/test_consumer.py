@@ -267,3 +267,22 @@ async def test_slave_without_slave_reads_sends_the_pull_to_the_master(group):
         res = await consumer.pull(mq, res.next_begin_offset)
         assert res.status is PullStatus.FOUND and res.broker_id == 0
         assert [m.body for m in res.messages] == [b"a", b"b"]
+
+
+async def test_a_master_that_skips_units_moves_the_offset_even_when_it_suggests_a_slave(group):
+    # a cold backlog of one tag, pulled for another: the master answers PULL_RETRY_IMMEDIATELY
+    # (nothing matched in the 16000 units it examined) and, the rest of the backlog being cold
+    # (~800 KB > 10% of 1 MiB), suggests the slave. Its nextBeginOffset stands: holding the
+    # offset would ask for the same units forever.
+    async with MQAdmin(group.master.address) as admin:
+        await admin.create_topic("skip", 1)
+    async with MQProducer(group.master.address) as producer:
+        for _ in range(40):
+            batch = [OutgoingMessage(b"x" * 50, tags="a") for _ in range(500)]
+            await producer.send_batch("skip", batch, queue=0)
+    mq = MessageQueue("skip", "broker-a", 0)
+    async with MQPullConsumer(group.master.address, "skippers") as consumer:
+        res = await consumer.pull(mq, 0, 32, "b")
+    assert res.status is PullStatus.NO_MATCHED_MSG and res.broker_id == 0
+    assert res.suggest_which_broker_id == 1
+    assert res.next_begin_offset > 0
