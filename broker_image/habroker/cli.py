@@ -662,6 +662,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     _namesrv(p)
     p.set_defaults(func=cmd_message)
+    # no prefix matching: `--broker` must never quietly mean `--broker-addr`
+    for p in (parser, *sub.choices.values()):
+        p.allow_abbrev = False
     return parser
 
 

@@ -184,14 +184,15 @@ def running(kube: Any, ns: str, name: str, slaves: int) -> dict[str, Any]:
 
 def produce(kube: Any, ns: str, name: str, count: int, size: int = 1000) -> None:
     pod = f"{name}-master-0"
-    kube.exec(ns, pod, "habroker", "topic", "create", "t", "--broker", "127.0.0.1:10913")
+    # the CLI's client commands speak RocketMQ's protocol: the broker's own client port
+    kube.exec(ns, pod, "habroker", "topic", "create", "t", "--namesrv", "127.0.0.1:10911")
     kube.exec(
         ns,
         pod,
         "habroker",
         "produce",
-        "--broker",
-        "127.0.0.1:10913",
+        "--namesrv",
+        "127.0.0.1:10911",
         "--topic",
         "t",
         "--count",
