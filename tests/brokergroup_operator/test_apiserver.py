@@ -32,6 +32,10 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+# ConfigMap, 4 Services (master, slave, client, namesrv), 2 StatefulSets, PodDisruptionBudget
+CHILDREN = 8
+
+
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kubeapi.ApiServer]:
     bin_dir = kubeapi.find_bin_dir()
@@ -235,8 +239,10 @@ def test_operator_applies_children_and_reports(api: kubeapi.ApiServer, operator:
         api, group("orders", replicationMode="SYNC", slaves=2, readPolicy={"slaveReadEnable": True})
     )
     found = eventually(
-        lambda: len(children(api, "orders")) == 7 and children(api, "orders"), what="7 children"
+        lambda: len(children(api, "orders")) == CHILDREN and children(api, "orders"),
+        what=f"{CHILDREN} children",
     )
+    assert ("Service", "orders-namesrv") in found
     uid = get(api, "bg/orders")["metadata"]["uid"]
     for item in found.values():
         (ref,) = item["metadata"]["ownerReferences"]
@@ -339,7 +345,7 @@ def test_what_the_schema_cannot_catch_becomes_a_condition(
     assert not children(api, "typo")  # nothing half-built
     # fixing the spec recovers without restarting anything
     apply(api, group("typo", brokerConfig={"haMaxGapNotInSync": "1048576"}))
-    eventually(lambda: len(children(api, "typo")) == 7, what="children after the fix")
+    eventually(lambda: len(children(api, "typo")) == CHILDREN, what="children after the fix")
     eventually(lambda: get(api, "bg/typo")["status"]["phase"] != "Invalid", what="valid again")
     assert operator.poll() is None  # still running: no crash loop
 
@@ -348,7 +354,7 @@ def test_rocketmq_keys_habroker_lacks_are_accepted_with_a_warning_event(
     api: kubeapi.ApiServer, operator: Any
 ) -> None:
     apply(api, group("javaconf", brokerConfig={"sendMessageThreadPoolNums": "16"}))
-    eventually(lambda: len(children(api, "javaconf")) == 7, what="children")
+    eventually(lambda: len(children(api, "javaconf")) == CHILDREN, what="children")
     events = eventually(
         lambda: [
             e
