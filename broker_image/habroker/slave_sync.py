@@ -180,7 +180,8 @@ class SlaveSynchronize:
 
     def status(self) -> dict[str, Any]:
         return {
-            "masterAddress": self.broker.master_address or None,
+            "masterAddress": self.broker.master_address or None,  # remoting: metadata copy
+            "masterHttpAddress": self.broker.master_http_address or None,
             "lastSyncAgeMs": None
             if self.last_sync is None
             else int((time.monotonic() - self.last_sync) * 1000),
