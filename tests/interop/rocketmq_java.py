@@ -10,6 +10,7 @@ mqadmin and prints JSON lines.  See docs/interop.md.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import ctypes
 import hashlib
@@ -328,7 +329,7 @@ def _tail(path: Path, lines: int = 40) -> str:
         return f"(no {path.name})"
 
 
-class JavaProcess:
+class JavaProcess(abc.ABC):
     """One RocketMQ server JVM in a namespace, with its own folder as ``user.home``."""
 
     main_class = ""
@@ -351,8 +352,9 @@ class JavaProcess:
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @abc.abstractmethod
     def args(self) -> list[str]:
-        raise NotImplementedError
+        """The JVM's main-class arguments (a name server's or a broker's)."""
 
     def start(self, wait: bool = True, timeout: float = 90.0) -> Self:
         ensure_installed([self.version])
@@ -649,3 +651,38 @@ class QueueStatus:
 def topic_status(text: str) -> list[QueueStatus]:
     """``mqadmin topicStatus``: one row per queue."""
     return [QueueStatus(r[0], int(r[1]), int(r[2]), int(r[3])) for r in table_rows(text)]
+
+
+def start_sync_group(ns: NetNS, version: str = "4.9.7") -> tuple[JavaBroker, JavaBroker]:
+    """A Java name server, SYNC_MASTER (10911) and SLAVE (10921) in ``ns``, booted, with the
+    slave's HA connection up (SYNC sends answer SEND_OK only then)."""
+    JavaNameServer(ns, ns.root / "namesrv").start()
+    master = JavaBroker(
+        ns, version, ns.root / "master", BrokerSpec(role="SYNC_MASTER", listen_port=10911)
+    )
+    slave = JavaBroker(
+        ns,
+        version,
+        ns.root / "slave",
+        BrokerSpec(
+            broker_id=1, role="SLAVE", listen_port=10921, ha_master_address=master.ha_address
+        ),
+    )
+    master.start(wait=False)
+    slave.start(wait=False)
+    master.wait_booted()
+    slave.wait_booted()
+    wait_ha_connected(ns, master)
+    return master, slave
+
+
+def wait_ha_connected(ns: NetNS, master: JavaBroker, timeout: float = 60.0) -> None:
+    """Until a slave holds an HA connection to ``master``."""
+    port = master.spec.listen_port + 1
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = ns.run(["ss", "-Htn", "state", "established", f"( sport = :{port} )"]).stdout
+        if out.strip():
+            return
+        time.sleep(0.3)
+    raise TimeoutError(f"no HA connection to {master} after {timeout}s:\n{master.tail_log()}")

@@ -32,6 +32,7 @@ from tests.interop.rocketmq_java import (
     loads_fastjson,
     run_driver,
     run_mqadmin,
+    start_sync_group,
     summary,
     topic_status,
 )
@@ -59,39 +60,11 @@ class JavaGroup:
     system_topics: frozenset[str] = frozenset({"TBW102"})
 
 
-def wait_ha_connected(ns: NetNS, master: JavaBroker, timeout: float = 60.0) -> None:
-    """Until a slave holds an HA connection to ``master`` (SYNC sends need it for SEND_OK)."""
-    port = master.spec.listen_port + 1
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        out = ns.run(["ss", "-Htn", "state", "established", f"( sport = :{port} )"]).stdout
-        if out.strip():
-            return
-        time.sleep(0.3)
-    raise TimeoutError(f"no HA connection to {master} after {timeout}s:\n{master.tail_log()}")
-
-
 @pytest.fixture(scope="module")
 def group(module_netns: NetNS) -> Iterator[JavaGroup]:
     """Java name server + SYNC_MASTER + SLAVE (4.9.7), booted once for the module."""
     ns = module_netns
-    JavaNameServer(ns, ns.root / "namesrv").start()
-    master = JavaBroker(
-        ns, V4, ns.root / "master", BrokerSpec(role="SYNC_MASTER", listen_port=10911)
-    )
-    slave = JavaBroker(
-        ns,
-        V4,
-        ns.root / "slave",
-        BrokerSpec(
-            broker_id=1, role="SLAVE", listen_port=10921, ha_master_address=master.ha_address
-        ),
-    )
-    master.start(wait=False)
-    slave.start(wait=False)
-    master.wait_booted()
-    slave.wait_booted()
-    wait_ha_connected(ns, master)
+    master, slave = start_sync_group(ns)
     yield JavaGroup(ns, master.address, slave.address)
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import time
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -33,6 +32,7 @@ from tests.interop.rocketmq_java import (
     events_of,
     expected_body,
     run_driver,
+    start_sync_group,
 )
 
 pytestmark = pytest.mark.timeout(300)
@@ -54,26 +54,7 @@ class JavaGroup:
 def group(module_netns: NetNS) -> Iterator[JavaGroup]:
     """Java name server + SYNC_MASTER + SLAVE (4.9.7), booted once for the module."""
     ns = module_netns
-    JavaNameServer(ns, ns.root / "namesrv").start()
-    master = JavaBroker(ns, V4, ns.root / "master", BrokerSpec(role="SYNC_MASTER"))
-    slave = JavaBroker(
-        ns,
-        V4,
-        ns.root / "slave",
-        BrokerSpec(
-            broker_id=1, role="SLAVE", listen_port=10921, ha_master_address=master.ha_address
-        ),
-    )
-    master.start(wait=False)
-    slave.start(wait=False)
-    master.wait_booted()
-    slave.wait_booted()
-    # SYNC sends answer SEND_OK only once the slave holds its HA connection
-    port = master.spec.listen_port + 1
-    deadline = time.monotonic() + 60
-    while not ns.run(["ss", "-Htn", "state", "established", f"( sport = :{port} )"]).stdout.strip():
-        assert time.monotonic() < deadline, f"no HA connection:\n{master.tail_log()}"
-        time.sleep(0.3)
+    master, slave = start_sync_group(ns)
     yield JavaGroup(ns, master, slave)
 
 
