@@ -19,6 +19,11 @@ JSON = dict[str, Any]
 class BrokerAPIError(Exception):
     """A broker call failed: unreachable, timed out, or answered with an error."""
 
+    def __init__(self, message: str, http_status: int | None = None) -> None:
+        super().__init__(message)
+        #: the broker's HTTP status when it answered (None: it could not be reached)
+        self.http_status = http_status
+
 
 class BrokerAPI:
     def __init__(
@@ -39,7 +44,9 @@ class BrokerAPI:
                 ) as resp:
                     if resp.status >= 400:
                         text = (await resp.text())[:300]
-                        raise BrokerAPIError(f"{method} {path}: HTTP {resp.status}: {text}")
+                        raise BrokerAPIError(
+                            f"{method} {path}: HTTP {resp.status}: {text}", resp.status
+                        )
                     if resp.content_type == "application/json":
                         return await resp.json()
                     return await resp.text()
@@ -65,3 +72,19 @@ class BrokerAPI:
 
     async def put_subscription_group(self, address: str, group: str, body: JSON) -> None:
         await self._call("PUT", address, f"/v1/subscription-groups/{quote(group, safe='')}", body)
+
+    async def role(self, address: str) -> JSON:
+        result = await self._call("GET", address, "/v1/admin/role")
+        if not isinstance(result, dict):
+            raise BrokerAPIError("GET /v1/admin/role: not a JSON object")
+        return result
+
+    async def set_role(self, address: str, body: JSON) -> JSON:
+        """``PUT /v1/admin/role``: master or slave at an epoch (failover, switchover)."""
+        result = await self._call("PUT", address, "/v1/admin/role", body)
+        return result if isinstance(result, dict) else {}
+
+    async def fence(self, address: str, epoch: int) -> JSON:
+        """``POST /v1/admin/fence``: refuse writes from now on; returns the broker's maxOffset."""
+        result = await self._call("POST", address, "/v1/admin/fence", {"epoch": epoch})
+        return result if isinstance(result, dict) else {}

@@ -24,15 +24,22 @@ import kopf
 from lightkube import ApiError
 
 from . import GROUP, PLURAL, VERSION
-from .brokerapi import BrokerAPI
+from .brokerapi import BrokerAPI, BrokerAPIError
+from .election import Assignment, assignment_from_status
+from .failover import FailoverController, MasterAddresses
 from .kube import Kube
 from .manifests import (
     LABEL_GROUP,
     LABEL_MANAGED_BY,
+    LABEL_ROLE,
     MANAGED_BY,
+    MASTER,
+    SLAVE,
+    SWITCHOVER_ANNOTATION,
     broker_id_of_pod,
     children,
     master_name,
+    pod_dns,
     slave_name,
 )
 from .rolling import StsInfo
@@ -121,6 +128,7 @@ def broker_pods(
             phase=str(status.get("phase", "Pending")),
             revision=labels.get("controller-revision-hash"),
             deleting=meta.get("deletionTimestamp") is not None,
+            role=labels.get(LABEL_ROLE),
         )
     }
 
@@ -287,3 +295,144 @@ async def poll_group(
         (time.monotonic() - started) * 1000,
         "changed" if changes else "unchanged",
     )
+
+
+# -- the failover daemon -----------------------------------------------------------------
+#: seconds between two probes of a failover group's brokers
+FAILOVER_TICK = 1.0
+
+
+def _failover_enabled(spec: kopf.Spec, **_: Any) -> bool:
+    return bool((spec.get("failover") or {}).get("enabled"))
+
+
+@kopf.daemon(
+    GROUP,
+    VERSION,
+    PLURAL,
+    when=_failover_enabled,
+    cancellation_timeout=10.0,
+    initial_delay=1.0,
+)
+async def failover_daemon(
+    body: kopf.Body,
+    spec: kopf.Spec,
+    status: kopf.Status,
+    name: str,
+    namespace: str | None,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+    stopped: kopf.DaemonStopped,
+    **kwargs: Any,
+) -> None:
+    """The controller of one failover group: probe every second, keep roles at the assignment,
+    promote when the master is lost, carry out switchovers (annotation or rolling update)."""
+    broker_pods: kopf.Index[GroupKey, PodInfo] = kwargs["broker_pods"]
+    runtime = _runtime(memo)
+    assert namespace is not None
+    key = (namespace, name)
+    controller: FailoverController | None = None
+    latest: Assignment | None = None
+
+    async def persist(assignment: Assignment) -> None:
+        nonlocal latest
+        await runtime.kube.patch_group_status(namespace, name, {"failover": assignment.to_status()})
+        latest = assignment
+
+    while not stopped:
+        try:
+            group = parse_spec(name, namespace, spec)
+        except SpecError:
+            await stopped.wait(FAILOVER_TICK)
+            continue
+        pods = {p.name: p for p in broker_pods.get(key, [])}
+        members = KubeMembers(group, pods, runtime.settings)
+        if controller is None:
+            controller = FailoverController(
+                brokers=runtime.brokers,
+                spec=group,
+                members=members,
+                persist=persist,
+                delete_pod=lambda pod: runtime.kube.delete_pod(namespace, pod),
+                logger=logger,
+            )
+        controller.spec, controller.members = group, members
+        recorded = assignment_from_status(group, status)
+        # our own last write wins over a status kopf has not delivered yet, unless the
+        # group's size changed since
+        assignment = (
+            latest
+            if latest is not None
+            and latest.epoch >= recorded.epoch
+            and set(latest.broker_ids) == set(recorded.broker_ids)
+            else recorded
+        )
+        state = runtime.state(key)
+        try:
+            if not status.get("failover"):
+                await persist(assignment)  # the default layout, recorded once
+            assignment = await controller.tick(assignment)
+            target = (body.metadata.annotations or {}).get(SWITCHOVER_ANNOTATION)
+            if target or state.switchover_to:
+                assignment = await controller.switchover(
+                    assignment, str(target or state.switchover_to)
+                )
+                state.switchover_to = None
+                if target:
+                    await runtime.kube.annotate_group(
+                        namespace, name, {SWITCHOVER_ANNOTATION: None}
+                    )
+            await _label_roles(runtime, namespace, assignment, pods)
+        except (ApiError, BrokerAPIError) as exc:
+            logger.warning("failover tick failed, retrying: %s", exc)
+        for event in controller.events:
+            kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+        controller.events.clear()
+        state.failover_condition = dict(controller.condition)
+        await stopped.wait(FAILOVER_TICK)
+
+
+async def _label_roles(
+    runtime: Runtime, namespace: str, assignment: Assignment, pods: Mapping[str, PodInfo]
+) -> None:
+    """The role label on every pod (the client Service selects role=master)."""
+    for pod in pods.values():
+        want = MASTER if pod.name == assignment.master else SLAVE
+        if pod.role != want and not pod.deleting:
+            await runtime.kube.label_pod(namespace, pod.name, {LABEL_ROLE: want})
+
+
+class KubeMembers:
+    """The controller's view of a group's pods: addresses from the pod index and settings."""
+
+    def __init__(self, group: GroupSpec, pods: Mapping[str, PodInfo], settings: Settings) -> None:
+        self.group = group
+        self.pods = pods
+        self.settings = settings
+
+    def present(self, pod: str) -> bool:
+        info = self.pods.get(pod)
+        return info is not None and not info.deleting
+
+    def _host(self, pod: str, wiring: str) -> str | None:
+        info = self.pods.get(pod)
+        if wiring == "dns":
+            service = pod.rpartition("-")[0]
+            return pod_dns(pod, service, self.group.namespace, self.settings.cluster_domain)
+        return info.ip if info is not None else None
+
+    def http(self, pod: str) -> str | None:
+        host = self._host(pod, self.settings.addressing)
+        return f"{host}:{self.group.http_port}" if host else None
+
+    def master_addresses(self, pod: str) -> MasterAddresses | None:
+        host = self._host(pod, self.settings.wiring)
+        info = self.pods.get(pod)
+        client_host = (info.ip if info is not None and info.ip else None) or host
+        if host is None or client_host is None:
+            return None
+        return MasterAddresses(
+            ha=f"{host}:{self.group.ha_port}",
+            http=f"{host}:{self.group.http_port}",
+            client=f"{client_host}:{self.group.client_port}",
+        )

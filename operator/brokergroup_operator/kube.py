@@ -14,13 +14,16 @@ from typing import Any
 
 from lightkube import ApiError, AsyncClient, KubeConfig
 from lightkube.core.resource import NamespacedResource
+from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import StatefulSet
 from lightkube.resources.core_v1 import ConfigMap, Pod, Service
 from lightkube.resources.networking_v1 import NetworkPolicy
 from lightkube.resources.policy_v1 import PodDisruptionBudget
 from lightkube.types import PatchType
 
-from . import FIELD_MANAGER
+from . import FIELD_MANAGER, GROUP, KIND, PLURAL, VERSION
+
+BrokerGroup = create_namespaced_resource(GROUP, VERSION, KIND, PLURAL)
 
 KINDS: dict[str, type[NamespacedResource]] = {
     "ConfigMap": ConfigMap,
@@ -64,6 +67,51 @@ class Kube:
         self.requests += 1
         try:
             await self._client.delete(Pod, name, namespace=namespace)
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return False
+            raise
+        return True
+
+    async def patch_group_status(
+        self, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> None:
+        """Merge-patch ``.status`` of a BrokerGroup now (the failover assignment must be
+        durable before any broker hears of a new epoch; kopf's own patch comes too late)."""
+        self.requests += 1
+        await self._client.patch(
+            BrokerGroup.Status,
+            name,
+            {"status": dict(status)},
+            namespace=namespace,
+            patch_type=PatchType.MERGE,
+        )
+
+    async def annotate_group(
+        self, namespace: str, name: str, annotations: Mapping[str, Any]
+    ) -> None:
+        """Set or (value None) remove annotations of a BrokerGroup (a finished switchover)."""
+        self.requests += 1
+        await self._client.patch(
+            BrokerGroup,
+            name,
+            {"metadata": {"annotations": dict(annotations)}},
+            namespace=namespace,
+            patch_type=PatchType.MERGE,
+        )
+
+    async def label_pod(self, namespace: str, name: str, labels: Mapping[str, str]) -> bool:
+        """Merge labels into a pod (its role, which the client Service selects); False if the
+        pod is gone."""
+        self.requests += 1
+        try:
+            await self._client.patch(
+                Pod,
+                name,
+                {"metadata": {"labels": dict(labels)}},
+                namespace=namespace,
+                patch_type=PatchType.MERGE,
+            )
         except ApiError as exc:
             if exc.status.code == 404:
                 return False

@@ -37,6 +37,10 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_GROUP = "brokergroup.io/group"
 MANAGED_BY = "brokergroup-operator"
 CONFIG_HASH_ANNOTATION = "brokergroup.io/config-hash"
+#: pod label the operator sets with failover enabled: which pod is master is state, not a name
+LABEL_ROLE = "brokergroup.io/role"
+#: annotation on a BrokerGroup asking the operator to move mastership to the named pod
+SWITCHOVER_ANNOTATION = "brokergroup.io/switchover-to"
 MASTER = "master"
 SLAVE = "slave"
 
@@ -161,6 +165,9 @@ def broker_properties(spec: GroupSpec) -> dict[str, str]:
         "slaveReadEnable": "true" if spec.read_policy.slave_read_enable else "false",
         "accessMessageInMemoryMaxRatio": str(spec.read_policy.access_message_in_memory_max_ratio),
     }
+    if spec.failover_enabled:
+        # roles come from the operator (PUT /v1/admin/role); a broker starts fenced until then
+        props["enableControllerMode"] = "true"
     return props
 
 
@@ -238,6 +245,14 @@ def headless_service(spec: GroupSpec, owner: Mapping[str, Any], component: str) 
     }
 
 
+def master_selector(spec: GroupSpec) -> dict[str, str]:
+    """The master pod: by StatefulSet, or with failover by the role label the operator keeps
+    on whichever pod is master."""
+    if spec.failover_enabled:
+        return {**selector_labels(spec.name), LABEL_ROLE: MASTER}
+    return selector_labels(spec.name, MASTER)
+
+
 def client_service(spec: GroupSpec, owner: Mapping[str, Any]) -> Manifest:
     """Producers and consumers start at the master; pulls are redirected by brokerId. The
     ``client`` port is RocketMQ's client port, ``http`` the master's HTTP API."""
@@ -247,7 +262,7 @@ def client_service(spec: GroupSpec, owner: Mapping[str, Any]) -> Manifest:
         "metadata": _meta(client_service_name(spec.name), spec, owner, MASTER),
         "spec": {
             "type": "ClusterIP",
-            "selector": selector_labels(spec.name, MASTER),
+            "selector": master_selector(spec),
             "ports": [
                 {
                     "name": CLIENT_PORT_NAME,
@@ -411,7 +426,9 @@ def statefulset(
         ]
         sts_spec["persistentVolumeClaimRetentionPolicy"] = {
             "whenDeleted": spec.retain_when_deleted,
-            "whenScaled": spec.retain_when_scaled,
+            # Scaling the master StatefulSet to 0 by hand must never delete the one volume
+            # that may hold messages no slave has: whenScaled is for slaves only.
+            "whenScaled": "Retain" if component == MASTER else spec.retain_when_scaled,
         }
     return {
         "apiVersion": "apps/v1",

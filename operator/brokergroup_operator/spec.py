@@ -32,6 +32,7 @@ RESERVED_KEYS = frozenset(
         "flushDiskType",
         "slaveReadEnable",
         "accessMessageInMemoryMaxRatio",
+        "enableControllerMode",
     }
 )
 
@@ -79,6 +80,10 @@ class GroupSpec:
     client_port: int = 10911  # listenPort: RocketMQ's client port (remoting)
     ha_port: int = 10912  # haListenPort
     http_port: int = 10913  # httpListenPort: HTTP API (operator, probes, /metrics)
+    #: spec.failover: the operator promotes an in-sync slave when the master is lost
+    failover_enabled: bool = False
+    failover_master_lost_seconds: float = 10.0
+    failover_preferred_master: str | None = None
 
     @property
     def master_role(self) -> str:
@@ -96,6 +101,7 @@ def parse_spec(name: str, namespace: str, spec: Mapping[str, Any]) -> GroupSpec:
     retention = _get(storage, "retentionPolicy", {})
     read = _get(spec, "readPolicy", {})
     ports = _get(spec, "ports", {})
+    failover = _get(spec, "failover", {})
     which = _get(read, "whichBrokerWhenConsumeSlowly", AUTO)
     if isinstance(which, str) and which != AUTO:
         which = int(which) if which.isdigit() else which
@@ -122,6 +128,9 @@ def parse_spec(name: str, namespace: str, spec: Mapping[str, Any]) -> GroupSpec:
         client_port=int(_get(ports, "client", 10911)),
         ha_port=int(_get(ports, "ha", 10912)),
         http_port=int(_get(ports, "http", 10913)),
+        failover_enabled=bool(_get(failover, "enabled", False)),
+        failover_master_lost_seconds=float(_get(failover, "masterLostSeconds", 10)),
+        failover_preferred_master=failover.get("preferredMaster") or None,
     )
     validate(group)
     return group
@@ -150,6 +159,19 @@ def validate(spec: GroupSpec) -> None:
             "spec.readPolicy.whichBrokerWhenConsumeSlowly",
             f"{which}: no such broker (0 is the master, slaves are 1..{spec.slaves})",
         )
+    if spec.failover_enabled and spec.slaves < 1:
+        raise SpecError("spec.failover.enabled", "needs at least one slave (spec.slaves >= 1)")
+    if spec.failover_master_lost_seconds < 1:
+        raise SpecError("spec.failover.masterLostSeconds", "must be at least 1")
+    preferred = spec.failover_preferred_master
+    if preferred is not None:
+        from .election import default_assignment
+
+        pods = sorted(default_assignment(spec).broker_ids)
+        if preferred not in pods:
+            raise SpecError(
+                "spec.failover.preferredMaster", f"{preferred!r}: one of {', '.join(pods)}"
+            )
     reserved = sorted(RESERVED_KEYS & set(spec.broker_config))
     if reserved:
         raise SpecError(

@@ -34,6 +34,7 @@ class PodInfo:
     phase: str = "Pending"
     revision: str | None = None
     deleting: bool = False
+    role: str | None = None  # the brokergroup.io/role label (failover groups)
 
 
 @dataclass(frozen=True)

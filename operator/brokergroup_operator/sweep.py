@@ -10,10 +10,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .brokerapi import BrokerAPI, BrokerAPIError
+from .election import assignment_from_status
 from .manifests import master_name, pod_dns, slave_name
 from .policy import (
     choose_read_broker,
@@ -41,6 +42,10 @@ class GroupState:
     applied_generation: int | None = None
     apply_error: tuple[str, str] | None = None
     last_apply: float = 0.0
+    #: failover groups: a rolling step asks the failover daemon to move mastership here
+    switchover_to: str | None = None
+    #: failover groups: the controller's condition, shown among the group's conditions
+    failover_condition: dict[str, Any] | None = None
 
 
 @dataclass
@@ -54,7 +59,9 @@ def resolver_for(settings: Settings) -> Resolver:
 
     def resolve(group: GroupSpec, pod: PodInfo) -> str | None:
         if settings.addressing == "dns":
-            service = master_name(group.name) if pod.broker_id == 0 else slave_name(group.name)
+            # the pod's own StatefulSet's headless Service (with failover a slave-StatefulSet
+            # pod can be master)
+            service = pod.name.rpartition("-")[0]
             host = pod_dns(pod.name, service, group.namespace, settings.cluster_domain)
             return f"{host}:{group.http_port}"
         return f"{pod.ip}:{group.http_port}" if pod.ip else None
@@ -209,6 +216,14 @@ async def sweep(
 ) -> SweepResult:
     resolve = resolve or resolver_for(settings)
     now = now or now_iso()
+    if group.failover_enabled:
+        # brokerIds are the controller's assignment, not the pods' names
+        assignment = assignment_from_status(group, previous)
+        pods = [
+            replace(p, broker_id=assignment.broker_ids[p.name])
+            for p in pods
+            if p.name in assignment.broker_ids
+        ]
     pods = [p for p in pods if p.broker_id <= group.slaves]
     by_id = {p.broker_id: p for p in pods if not p.deleting}
     by_id.update({p.broker_id: p for p in pods if p.broker_id not in by_id})
@@ -221,9 +236,15 @@ async def sweep(
     moved = bool(
         prev_master.get("address") and new_address and prev_master["address"] != new_address
     )
-    events = await _rewire(brokers, resolve, settings, group, slaves, master, moved, logger)
+    events = (
+        []  # the failover controller tells every broker its role and master
+        if group.failover_enabled
+        else await _rewire(brokers, resolve, settings, group, slaves, master, moved, logger)
+    )
 
     extra = [_reconciled_condition(state)]
+    if group.failover_enabled and state.failover_condition:
+        extra.append(state.failover_condition)
     observed = state.applied_generation if state.applied_generation is not None else generation
     draft, _ = compute_status(
         group, observed, Observation(master, slaves, extra_conditions=extra), previous, now
@@ -246,7 +267,12 @@ async def sweep(
         statefulsets.get(slave_name(group.name)),
         draft["slaves"],
         group.slaves,
+        failover=group.failover_enabled,
     )
+    if decision.switchover_to and state.switchover_to != decision.switchover_to:
+        logger.info("rolling: %s", decision.message)
+        state.switchover_to = decision.switchover_to
+        events.append(Event("Normal", "RollingSwitchover", decision.message))
     if decision.delete and delete_pod is not None:
         logger.info("rolling: %s", decision.message)
         if await delete_pod(decision.delete):

@@ -84,9 +84,10 @@ children are deleted by the garbage collector, never by the operator.
   resources: [statefulsets]
   verbs: [list, watch, create, patch]
 # broker pods: watched (IPs, readiness, revision), deleted one at a time by rolling restarts
+# (and an unfenceable old master after a failover), patched with their role label
 - apiGroups: [""]
   resources: [pods]
-  verbs: [list, watch, delete]
+  verbs: [list, watch, delete, patch]
 - apiGroups: [""]
   resources: [events]
   verbs: [create]

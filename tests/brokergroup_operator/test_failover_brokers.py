@@ -1,0 +1,495 @@
+"""The failover controller against real habroker processes on 127.0.0.1 (no Kubernetes).
+
+Pods are names for LocalBroker processes; killing a pod is SIGKILL, partitioning it is
+SIGSTOP, and "deleting" it restarts the process on its own store (what a StatefulSet does).
+Everything the controller touches is real: /v1/status, PUT /v1/admin/role, POST
+/v1/admin/fence, replication, the remoting producers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from brokergroup_operator.brokerapi import BrokerAPI
+from brokergroup_operator.election import Assignment, default_assignment
+from brokergroup_operator.failover import FailoverController, MasterAddresses
+from brokergroup_operator.spec import GroupSpec
+from habroker.client import MQAdmin, MQProducer
+from habroker.client.errors import MQClientError
+from habroker.client.producer import SendStatus
+from habroker.local import LocalBroker, LocalGroup
+from habroker.message import decode_record
+
+from tests.habroker.storeutil import commit_log_files, walk_file
+
+LOG = logging.getLogger("test.failover")
+TOPIC = "FailoverTopic"
+GROUP = "bg"
+MASTER, SLAVE_0, SLAVE_1 = "bg-master-0", "bg-slave-0", "bg-slave-1"
+
+
+def group_spec(**overrides: Any) -> GroupSpec:
+    base: dict[str, Any] = {
+        "name": GROUP,
+        "namespace": "ns",
+        "image": "habroker:test",
+        "replication_mode": "SYNC",
+        "slaves": 2,
+        "failover_enabled": True,
+        "failover_master_lost_seconds": 2.0,
+    }
+    base.update(overrides)
+    return GroupSpec(**base)
+
+
+@dataclass
+class LocalMembers:
+    """Pods backed by LocalBroker processes."""
+
+    pods: dict[str, LocalBroker]
+    restarts: list[str] = field(default_factory=list)
+
+    def http(self, pod: str) -> str | None:
+        return self.pods[pod].http_address
+
+    def master_addresses(self, pod: str) -> MasterAddresses | None:
+        b = self.pods[pod]
+        return MasterAddresses(b.ha_address, b.http_address, b.address)
+
+    def present(self, pod: str) -> bool:
+        return True  # a pod with a dead or stopped container still exists
+
+    async def restart(self, pod: str) -> bool:
+        """What the kubelet does for a deleted pod: a new process on the same volume."""
+        broker = self.pods[pod]
+        if broker.running:
+            broker.resume()
+            broker.kill()
+        self.restarts.append(pod)
+        await asyncio.to_thread(broker.start)
+        return True
+
+
+class Controller:
+    """The controller plus the assignment it persisted (what .status.failover would hold)."""
+
+    def __init__(self, members: LocalMembers, brokers: BrokerAPI, spec: GroupSpec) -> None:
+        self.members = members
+        self.assignment: Assignment = default_assignment(spec)
+        self.persisted: list[Assignment] = []
+
+        async def persist(a: Assignment) -> None:
+            self.persisted.append(a)
+            self.assignment = a
+
+        self.ctl = FailoverController(
+            brokers=brokers,
+            spec=spec,
+            members=members,
+            persist=persist,
+            delete_pod=members.restart,
+            logger=LOG,
+        )
+
+    async def tick(self) -> Assignment:
+        self.assignment = await self.ctl.tick(self.assignment)
+        return self.assignment
+
+    async def until(self, predicate: Any, within: float = 30.0, what: str = "") -> None:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            await self.tick()
+            if await predicate():
+                return
+            await asyncio.sleep(0.2)
+        raise AssertionError(f"timed out waiting for {what}; events: {self.ctl.events[-8:]}")
+
+    def broker(self, pod: str) -> LocalBroker:
+        return self.members.pods[pod]
+
+    @property
+    def master(self) -> LocalBroker:
+        return self.broker(self.assignment.master)
+
+    async def serving(self) -> bool:
+        """The assigned master takes writes and every reachable slave follows it in sync."""
+        try:
+            status = await asyncio.to_thread(self.master.status)
+        except OSError:
+            return False
+        if status.get("fenced") or status.get("epoch") != self.assignment.epoch:
+            return False
+        in_sync = set((status.get("master") or {}).get("inSyncSet") or [])
+        return in_sync == {self.assignment.broker_ids[p] for p in self.assignment.slaves}
+
+
+@contextlib.contextmanager
+def controlled_group(tmp_path: Path, slaves: int = 2) -> Iterator[tuple[LocalGroup, LocalMembers]]:
+    group = LocalGroup(
+        tmp_path / "g",
+        slaves=slaves,
+        mode="SYNC",
+        brokerName=GROUP,
+        enableControllerMode=True,
+        mappedFileSizeCommitLog=1 << 20,
+        maxMessageSize=1 << 16,
+        syncFlushTimeout=2000,
+    )
+    pods = {MASTER: group.master}
+    pods.update({f"{GROUP}-slave-{i}": s for i, s in enumerate(group.slaves)})
+    try:
+        group.start()
+        yield group, LocalMembers(pods)
+    finally:
+        for broker in group.brokers:
+            with contextlib.suppress(Exception):
+                broker.resume()
+        group.stop()
+
+
+async def started(members: LocalMembers, session: aiohttp.ClientSession, **spec: Any) -> Controller:
+    ctl = Controller(members, BrokerAPI(session, timeout=1.0), group_spec(**spec))
+    await ctl.until(ctl.serving, what="the initial roles")
+    admin = MQAdmin(namesrv_addr=ctl.master.address)
+    try:
+        await admin.create_topic(TOPIC, queues=4, broker_addr=ctl.master.address)
+    finally:
+        await admin.close()
+    return ctl
+
+
+def log_bodies(store_root: Path) -> list[bytes]:
+    """Every message body in a stopped broker's commit log, in log order."""
+    bodies = []
+    for path in commit_log_files(store_root):
+        data = path.read_bytes()
+        records, _ = walk_file(data)
+        bodies += [decode_record(data, pos).body for pos, _total in records]
+    return bodies
+
+
+# -- the tests -------------------------------------------------------------------------------
+async def test_roles_come_from_the_controller(tmp_path: Path) -> None:
+    """Brokers in controller mode start fenced; the first tick assigns every role at epoch 1."""
+    with controlled_group(tmp_path) as (_group, members):
+        before = members.pods[MASTER].status()
+        assert before["fenced"] and before["controllerMode"], before
+        async with aiohttp.ClientSession() as session:
+            ctl = await started(members, session)
+        assert ctl.assignment.epoch == 1 and ctl.assignment.master == MASTER
+        for pod, broker in members.pods.items():
+            status = broker.status()
+            assert status["epoch"] == 1, (pod, status)
+            assert status["brokerId"] == ctl.assignment.broker_ids[pod]
+        assert not members.pods[MASTER].status()["fenced"]
+
+
+async def test_promotion_picks_the_in_sync_slave_with_the_highest_offset(tmp_path: Path) -> None:
+    with controlled_group(tmp_path) as (_group, members):
+        async with aiohttp.ClientSession() as session:
+            ctl = await started(members, session)
+            async with MQProducer(ctl.master.address, retry_times=0) as producer:
+                for i in range(50):
+                    result = await producer.send(TOPIC, f"m{i}".encode())
+                    assert result.status is SendStatus.SEND_OK
+            # slave 0 (brokerId 1) stops taking bytes while slave 1 acknowledges more; the
+            # master still counts it in sync, so only the offsets can tell them apart (the
+            # tie-break alone would pick brokerId 1)
+            members.pods[SLAVE_0].pause()
+            async with MQProducer(ctl.master.address, retry_times=0) as producer:
+                for i in range(20):
+                    result = await producer.send(TOPIC, f"n{i}".encode())
+                    assert result.status is SendStatus.SEND_OK
+            members.pods[MASTER].kill()
+            members.pods[SLAVE_0].resume()
+            await ctl.until(
+                lambda: _promoted(ctl, MASTER), within=30, what="a promotion after the kill"
+            )
+            assert ctl.assignment.master == SLAVE_1, ctl.ctl.events
+            assert ctl.assignment.epoch == 2
+            reasons = [e.reason for e in ctl.ctl.events]
+            assert "FailoverStarted" in reasons and "MasterPromoted" in reasons, reasons
+            # the old master came back (the controller "deleted" it) and follows as a slave
+            await ctl.until(ctl.serving, within=60, what="the old master rejoining")
+            old = members.pods[MASTER].status()
+            assert old["role"] == "SLAVE" and old["epoch"] == 2
+            assert old["brokerId"] == ctl.assignment.broker_ids[MASTER] == 2
+
+
+async def _promoted(ctl: Controller, old: str) -> bool:
+    return (
+        ctl.assignment.master != old and not (await asyncio.to_thread(ctl.master.status))["fenced"]
+    )
+
+
+async def test_no_eligible_slave_means_no_promotion(tmp_path: Path) -> None:
+    with controlled_group(tmp_path, slaves=1) as (_group, members):
+        async with aiohttp.ClientSession() as session:
+            ctl = await started(members, session, slaves=1)
+            members.pods[SLAVE_0].kill()
+            # the master drops it from the in-sync set, then the master dies too
+            await ctl.until(
+                lambda: _in_sync_is(ctl, set()), within=40, what="the slave leaving the set"
+            )
+            await asyncio.to_thread(members.pods[SLAVE_0].start)
+            members.pods[MASTER].kill()
+            ctl.ctl.delete_pod = None
+            deadline = time.monotonic() + 6
+            while time.monotonic() < deadline:
+                await ctl.tick()
+                await asyncio.sleep(0.2)
+            assert ctl.assignment.master == MASTER
+            assert ctl.ctl.condition["reason"] == "NoEligibleSlave", ctl.ctl.condition
+            assert "NoEligibleSlave" in [e.reason for e in ctl.ctl.events]
+
+
+async def _in_sync_is(ctl: Controller, expected: set[int]) -> bool:
+    return set(ctl.assignment.in_sync) == expected
+
+
+async def test_partitioned_old_master_acknowledges_nothing_after_the_promotion(
+    tmp_path: Path,
+) -> None:
+    with controlled_group(tmp_path) as (_group, members):
+        async with aiohttp.ClientSession() as session:
+            ctl = await started(members, session)
+            ctl.ctl.delete_pod = None  # the partitioned pod stays; only SIGCONT brings it back
+            old = members.pods[MASTER]
+            old.pause()
+            await ctl.until(lambda: _promoted(ctl, MASTER), within=30, what="the promotion")
+            new_master = ctl.assignment.master
+            old.resume()
+            # before the controller reaches it again: SYNC writes on it are not acknowledged
+            statuses = []
+            async with MQProducer(old.address, retry_times=0, send_timeout=4) as producer:
+                for i in range(5):
+                    try:
+                        result = await producer.send(TOPIC, f"late{i}".encode(), queue=0)
+                        statuses.append(result.status.value)
+                    except MQClientError as exc:
+                        statuses.append(type(exc).__name__)
+                    await ctl.tick()
+            assert "SEND_OK" not in statuses, statuses
+            await ctl.until(ctl.serving, within=30, what="the old master demoted")
+            status = old.status()
+            assert status["role"] == "SLAVE" and status["epoch"] == ctl.assignment.epoch
+            assert ctl.assignment.master == new_master
+
+
+async def test_old_master_truncates_its_unacknowledged_tail(tmp_path: Path) -> None:
+    with controlled_group(tmp_path) as (_group, members):
+        async with aiohttp.ClientSession() as session:
+            ctl = await started(members, session)
+            async with MQProducer(ctl.master.address, retry_times=0) as producer:
+                acked = [(await producer.send(TOPIC, f"a{i}".encode(), queue=0)) for i in range(30)]
+            assert all(r.status is SendStatus.SEND_OK for r in acked)
+            for pod in (SLAVE_0, SLAVE_1):
+                members.pods[pod].pause()
+            async with MQProducer(ctl.master.address, retry_times=0, send_timeout=5) as producer:
+                tail = [await producer.send(TOPIC, f"t{i}".encode(), queue=0) for i in range(3)]
+            assert all(r.status is not SendStatus.SEND_OK for r in tail), tail
+            cut = members.pods[MASTER].status()["maxOffset"]
+            members.pods[MASTER].kill()
+            for pod in (SLAVE_0, SLAVE_1):
+                members.pods[pod].resume()
+            await ctl.until(lambda: _promoted(ctl, MASTER), within=30, what="the promotion")
+            await ctl.until(ctl.serving, within=60, what="the old master rejoining")
+            old = members.pods[MASTER].status()
+            assert old["slave"]["truncatedBytesTotal"] > 0 or old["maxOffset"] < cut
+        for broker in members.pods.values():
+            broker.stop()
+        bodies = {
+            p: log_bodies(Path(b.config["storePathRootDir"])) for p, b in members.pods.items()
+        }
+        for pod, got in bodies.items():
+            assert [b for b in got if b.startswith(b"t")] == [], f"{pod} kept an unacked message"
+            assert [b for b in got if b.startswith(b"a")] == [f"a{i}".encode() for i in range(30)]
+
+
+async def test_switchover_moves_mastership_without_losing_a_write(tmp_path: Path) -> None:
+    with controlled_group(tmp_path) as (_group, members):
+        async with aiohttp.ClientSession() as session:
+            ctl = await started(members, session)
+            stop = asyncio.Event()
+            acked: list[bytes] = []
+
+            async def produce() -> None:
+                async with MQProducer(
+                    ";".join(b.address for b in members.pods.values()), retry_times=0
+                ) as producer:
+                    i = 0
+                    while not stop.is_set():
+                        body = f"s{i}".encode()
+                        i += 1
+                        try:
+                            r = await producer.send(TOPIC, body, queue=0)
+                        except MQClientError:
+                            producer.instance.routes.invalidate(TOPIC)
+                            await asyncio.sleep(0.02)
+                            continue
+                        if r.status is SendStatus.SEND_OK:
+                            acked.append(body)
+                        else:
+                            producer.instance.routes.invalidate(TOPIC)
+
+            task = asyncio.create_task(produce())
+            await asyncio.sleep(1.0)
+            ctl.assignment = await ctl.ctl.switchover(ctl.assignment, SLAVE_1)
+            assert ctl.assignment.master == SLAVE_1
+            done = [e for e in ctl.ctl.events if e.reason == "SwitchoverDone"]
+            assert done, ctl.ctl.events
+            await ctl.until(ctl.serving, within=30, what="the group after the switchover")
+            await asyncio.sleep(1.0)
+            stop.set()
+            await task
+            count_after = len(acked)
+            assert count_after > 0
+        for broker in members.pods.values():
+            broker.stop()
+        got = set(log_bodies(Path(members.pods[SLAVE_1].config["storePathRootDir"])))
+        missing = [b for b in acked if b not in got]
+        assert not missing, f"{len(missing)} acknowledged messages missing on the new master"
+        LOG.warning("switchover: %s; %d acknowledged, all present", done[0].message, len(acked))
+
+
+FAILOVERS = int(os.environ.get("BG_FAILOVERS", "20"))
+PRODUCERS = 4
+
+
+async def test_acknowledged_writes_survive_repeated_failovers(tmp_path: Path) -> None:
+    """The history: 4 producers with unique ids in SYNC mode while the master is SIGKILLed or
+    partitioned (SIGSTOP) again and again; every acknowledged message must be on the final
+    master and every slave exactly once, in each producer's order."""
+    rng = random.Random(13)
+    with controlled_group(tmp_path) as (_group, members):
+        async with aiohttp.ClientSession() as session:
+            ctl = await started(members, session)
+            stop = asyncio.Event()
+            acked: dict[int, list[bytes]] = {k: [] for k in range(PRODUCERS)}
+            refused = 0
+            namesrv = ";".join(b.address for b in members.pods.values())
+
+            async def produce(k: int) -> None:
+                nonlocal refused
+                async with MQProducer(namesrv, retry_times=0, send_timeout=3) as producer:
+                    seq = 0
+                    while not stop.is_set():
+                        body = f"p{k}-{seq:06d}".encode()
+                        seq += 1
+                        try:
+                            r = await producer.send(TOPIC, body, queue=k % 4)
+                        except MQClientError:
+                            refused += 1
+                            producer.instance.routes.invalidate(TOPIC)
+                            await asyncio.sleep(0.05)
+                            continue
+                        if r.status is SendStatus.SEND_OK:
+                            acked[k].append(body)
+                        else:
+                            refused += 1
+                            producer.instance.routes.invalidate(TOPIC)
+
+            async def control() -> None:
+                while not stop.is_set():
+                    await ctl.tick()
+                    await asyncio.sleep(0.25)
+
+            tasks = [asyncio.create_task(produce(k)) for k in range(PRODUCERS)]
+            controller = asyncio.create_task(control())
+            outages: list[float] = []
+            try:
+                for n in range(FAILOVERS):
+                    await asyncio.sleep(rng.uniform(0.5, 1.5))
+                    victim_pod = ctl.assignment.master
+                    victim = members.pods[victim_pod]
+                    kind = "kill" if n % 2 == 0 else "partition"
+                    before = sum(len(v) for v in acked.values())
+                    lost_at = time.monotonic()
+                    if kind == "kill":
+                        victim.kill()
+                    else:
+                        victim.pause()
+                    await _wait(lambda v=victim_pod: ctl.assignment.master != v, 30, "promotion")
+                    await _wait(
+                        lambda b=before: sum(len(v) for v in acked.values()) > b, 30, "a write"
+                    )
+                    outages.append(time.monotonic() - lost_at)
+                    if kind == "partition":
+                        victim.resume()
+                    # the old master must be back in sync before the next round, or there
+                    # would be no eligible slave (the group waits, as it should)
+                    await _wait_async(ctl.serving, 90, f"round {n}: the group in sync")
+                    LOG.warning(
+                        "failover %d (%s %s -> %s, epoch %d): %.1fs without an accepted write",
+                        n + 1,
+                        kind,
+                        victim_pod,
+                        ctl.assignment.master,
+                        ctl.assignment.epoch,
+                        outages[-1],
+                    )
+            finally:
+                stop.set()
+                await asyncio.gather(*tasks, controller, return_exceptions=True)
+            await ctl.until(ctl.serving, within=60, what="the final group in sync")
+            target = (await asyncio.to_thread(ctl.master.status))["maxOffset"]
+            for pod in ctl.assignment.slaves:
+                await _wait(
+                    lambda p=pod: members.pods[p].status()["maxOffset"] >= target, 60, "catch-up"
+                )
+            final_master = ctl.assignment.master
+            epoch = ctl.assignment.epoch
+        for broker in members.pods.values():
+            broker.stop()
+        total = sum(len(v) for v in acked.values())
+        print(
+            f"\nfailovers={FAILOVERS} epoch={epoch} final master={final_master} "
+            f"acknowledged={total} not-acknowledged={refused} "
+            f"outage s: max={max(outages):.1f} mean={sum(outages) / len(outages):.1f}"
+        )
+        assert epoch == 1 + FAILOVERS
+        for pod, broker in members.pods.items():
+            bodies = log_bodies(Path(broker.config["storePathRootDir"]))
+            seen: dict[bytes, int] = {}
+            for body in bodies:
+                seen[body] = seen.get(body, 0) + 1
+            missing = [b for v in acked.values() for b in v if b not in seen]
+            doubled = [b for v in acked.values() for b in v if seen.get(b, 0) > 1]
+            print(
+                f"{pod}: {len(bodies)} records, {len(missing)} acknowledged missing, "
+                f"{len(doubled)} acknowledged twice"
+            )
+            assert not missing, f"{pod} lost {len(missing)} acknowledged, e.g. {missing[:5]}"
+            assert not doubled, f"{pod} holds {len(doubled)} acknowledged twice: {doubled[:5]}"
+            position = {b: i for i, b in enumerate(bodies)}
+            for k, mine in acked.items():
+                places = [position[b] for b in mine]
+                assert places == sorted(places), f"{pod}: producer {k} out of order"
+
+
+async def _wait(predicate: Any, within: float, what: str) -> None:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out after {within}s waiting for {what}")
+
+
+async def _wait_async(predicate: Any, within: float, what: str) -> None:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if await predicate():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out after {within}s waiting for {what}")
