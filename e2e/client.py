@@ -19,6 +19,11 @@ through the group's name-server Service (``<group>-namesrv:9876``), as an applic
         message, and commits its offsets
     status --broker HOST:HTTPPORT
         the broker's GET /v1/status
+    load --namesrv HOST:PORT --topic T --seconds S [--producers N] [--prefix P]
+        N producers sending one message at a time for S seconds, no client retries (a
+        failed send is not retried with the same body); reports every acknowledged body, and
+        each pause of accepted writes longer than --gap seconds (wall clock, to correlate with
+        a failover)
 """
 
 from __future__ import annotations
@@ -72,6 +77,48 @@ async def produce(args: argparse.Namespace) -> dict[str, Any]:
         "errorCount": len(errors),
         "seconds": round(time.monotonic() - started, 3),
     }
+
+
+async def load(args: argparse.Namespace) -> dict[str, Any]:
+    admin = MQAdmin(args.namesrv)
+    try:
+        await admin.create_topic(args.topic, queues=args.queues)
+    finally:
+        await admin.close()
+    acked: list[str] = []
+    accepted_at: list[float] = []
+    other: dict[str, int] = {}
+    deadline = time.time() + args.seconds
+
+    async def one(k: int) -> None:
+        async with MQProducer(
+            args.namesrv, f"e2e-load-{k}", send_timeout=3.0, retry_times=0
+        ) as producer:
+            seq = 0
+            while time.time() < deadline:
+                body = f"{args.prefix}-{k}-{seq}"
+                seq += 1
+                try:
+                    res = await producer.send(args.topic, body.encode())
+                except (MQClientError, OSError) as exc:
+                    other[type(exc).__name__] = other.get(type(exc).__name__, 0) + 1
+                    producer.instance.routes.invalidate(args.topic)
+                    await asyncio.sleep(0.1)
+                    continue
+                if res.status is SendStatus.SEND_OK:
+                    acked.append(body)
+                    accepted_at.append(time.time())
+                else:
+                    other[res.status.value] = other.get(res.status.value, 0) + 1
+                    producer.instance.routes.invalidate(args.topic)
+
+    started = time.time()
+    await asyncio.gather(*(one(k) for k in range(args.producers)))
+    gaps = []
+    for before, after in zip([started, *accepted_at], [*accepted_at, time.time()], strict=True):
+        if after - before > args.gap:
+            gaps.append([round(before, 3), round(after - before, 3)])
+    return {"acked": acked, "notAcked": other, "gaps": gaps, "startedAt": started}
 
 
 def _queues(conn: BrokerConnection, topic: str, timeout: float) -> int:
@@ -179,6 +226,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     p = sub.add_parser("status")
     p.add_argument("--broker", required=True)
+    p = sub.add_parser("load")
+    p.add_argument("--namesrv", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--seconds", type=float, required=True)
+    p.add_argument("--producers", type=int, default=4)
+    p.add_argument("--queues", type=int, default=4)
+    p.add_argument("--prefix", default="l")
+    p.add_argument("--gap", type=float, default=1.0)
     args = parser.parse_args(argv)
     if args.cmd == "produce":
         out = asyncio.run(produce(args))
@@ -186,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
         out = read(args)
     elif args.cmd == "status":
         out = status(args)
+    elif args.cmd == "load":
+        out = asyncio.run(load(args))
     else:
         out = asyncio.run(consume(args))
     sys.stdout.write(json.dumps(out) + "\n")

@@ -4,13 +4,16 @@
 #                        lan: its pods keep running but nobody reaches them, as if the machine
 #                        had died (the node turns NotReady; its pods stay Terminating)
 #   node.sh start NODE   plug it back in and start its daemons again
+#   node.sh freeze NODE CONTAINER_ID / thaw NODE CONTAINER_ID
+#                        freeze (cgroup freezer, `ctr task pause`) or thaw one container of
+#                        that node: the pod and its kubelet stay, the process stops answering
 # NODE is a node name (bg-e2e-node2) or its index (2).
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 need_root
 usage() { die "usage: node.sh stop|start NODE (a name like $(node_name 1), or 1..$NODE_COUNT)"; }
-[[ $# -eq 2 ]] || usage
+[[ $# -eq 2 || ( $# -eq 3 && ( $1 == freeze || $1 == thaw ) ) ]] || usage
 i="${2#"$NETNS_PREFIX-node"}"
 [[ $i =~ ^[0-9]+$ ]] && ((i >= 1 && i <= NODE_COUNT)) || usage
 n="$(node_name "$i")"
@@ -29,6 +32,14 @@ case $1 in
     wait_for "node$i-containerd" 30 ctr --address "$(node_sock "$i")" version
     start_kubelet "$i"
     log "node $n back: plugged in, containerd, kubelet, kube-proxy started"
+    ;;
+  freeze | thaw)
+    id="${3#containerd://}"
+    [[ $id =~ ^[0-9a-f]{12,64}$ ]] || die "not a container id: $3"
+    verb=pause
+    [[ $1 == thaw ]] && verb=resume
+    ctr --address "$(node_sock "$i")" -n k8s.io task "$verb" "$id"
+    log "container ${id:0:12} on $n: $verb"
     ;;
   *) usage ;;
 esac

@@ -182,6 +182,9 @@ class FailoverController:
         if self.master_seen_at is None:
             self.master_seen_at = now  # a (re)started operator gives the master a full grace
         lost_data = self._master_lost_data(assignment, probes)
+        if lost_data is None and not self.members.present(assignment.master):
+            # a deleted (or evicted) master pod is going away for sure: no grace period
+            lost_data = "its pod is being deleted"
         if master.status is not None and lost_data is None:
             self.master_seen_at = now
             in_sync = frozenset(

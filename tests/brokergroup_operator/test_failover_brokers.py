@@ -9,33 +9,31 @@ Everything the controller touches is real: /v1/status, PUT /v1/admin/role, POST
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import random
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 from brokergroup_operator.brokerapi import BrokerAPI
-from brokergroup_operator.election import Assignment, default_assignment
-from brokergroup_operator.failover import FailoverController, MasterAddresses
+from brokergroup_operator.local import (
+    GROUP,
+    MASTER,
+    LocalController,
+    LocalMembers,
+    controlled_group,
+    log_bodies,
+)
 from brokergroup_operator.spec import GroupSpec
 from habroker.client import MQAdmin, MQProducer
 from habroker.client.errors import MQClientError
 from habroker.client.producer import SendStatus
-from habroker.local import LocalBroker, LocalGroup
-from habroker.message import decode_record
-
-from tests.habroker.storeutil import commit_log_files, walk_file
 
 LOG = logging.getLogger("test.failover")
 TOPIC = "FailoverTopic"
-GROUP = "bg"
-MASTER, SLAVE_0, SLAVE_1 = "bg-master-0", "bg-slave-0", "bg-slave-1"
+SLAVE_0, SLAVE_1 = f"{GROUP}-slave-0", f"{GROUP}-slave-1"
 
 
 def group_spec(**overrides: Any) -> GroupSpec:
@@ -52,113 +50,10 @@ def group_spec(**overrides: Any) -> GroupSpec:
     return GroupSpec(**base)
 
 
-@dataclass
-class LocalMembers:
-    """Pods backed by LocalBroker processes."""
-
-    pods: dict[str, LocalBroker]
-    restarts: list[str] = field(default_factory=list)
-
-    def http(self, pod: str) -> str | None:
-        return self.pods[pod].http_address
-
-    def master_addresses(self, pod: str) -> MasterAddresses | None:
-        b = self.pods[pod]
-        return MasterAddresses(b.ha_address, b.http_address, b.address)
-
-    def present(self, pod: str) -> bool:
-        return True  # a pod with a dead or stopped container still exists
-
-    async def restart(self, pod: str) -> bool:
-        """What the kubelet does for a deleted pod: a new process on the same volume."""
-        broker = self.pods[pod]
-        if broker.running:
-            broker.resume()
-            broker.kill()
-        self.restarts.append(pod)
-        await asyncio.to_thread(broker.start)
-        return True
-
-
-class Controller:
-    """The controller plus the assignment it persisted (what .status.failover would hold)."""
-
-    def __init__(self, members: LocalMembers, brokers: BrokerAPI, spec: GroupSpec) -> None:
-        self.members = members
-        self.assignment: Assignment = default_assignment(spec)
-        self.persisted: list[Assignment] = []
-
-        async def persist(a: Assignment) -> None:
-            self.persisted.append(a)
-            self.assignment = a
-
-        self.ctl = FailoverController(
-            brokers=brokers,
-            spec=spec,
-            members=members,
-            persist=persist,
-            delete_pod=members.restart,
-            logger=LOG,
-        )
-
-    async def tick(self) -> Assignment:
-        self.assignment = await self.ctl.tick(self.assignment)
-        return self.assignment
-
-    async def until(self, predicate: Any, within: float = 30.0, what: str = "") -> None:
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            await self.tick()
-            if await predicate():
-                return
-            await asyncio.sleep(0.2)
-        raise AssertionError(f"timed out waiting for {what}; events: {self.ctl.events[-8:]}")
-
-    def broker(self, pod: str) -> LocalBroker:
-        return self.members.pods[pod]
-
-    @property
-    def master(self) -> LocalBroker:
-        return self.broker(self.assignment.master)
-
-    async def serving(self) -> bool:
-        """The assigned master takes writes and every reachable slave follows it in sync."""
-        try:
-            status = await asyncio.to_thread(self.master.status)
-        except OSError:
-            return False
-        if status.get("fenced") or status.get("epoch") != self.assignment.epoch:
-            return False
-        in_sync = set((status.get("master") or {}).get("inSyncSet") or [])
-        return in_sync == {self.assignment.broker_ids[p] for p in self.assignment.slaves}
-
-
-@contextlib.contextmanager
-def controlled_group(tmp_path: Path, slaves: int = 2) -> Iterator[tuple[LocalGroup, LocalMembers]]:
-    group = LocalGroup(
-        tmp_path / "g",
-        slaves=slaves,
-        mode="SYNC",
-        brokerName=GROUP,
-        enableControllerMode=True,
-        mappedFileSizeCommitLog=1 << 20,
-        maxMessageSize=1 << 16,
-        syncFlushTimeout=2000,
-    )
-    pods = {MASTER: group.master}
-    pods.update({f"{GROUP}-slave-{i}": s for i, s in enumerate(group.slaves)})
-    try:
-        group.start()
-        yield group, LocalMembers(pods)
-    finally:
-        for broker in group.brokers:
-            with contextlib.suppress(Exception):
-                broker.resume()
-        group.stop()
-
-
-async def started(members: LocalMembers, session: aiohttp.ClientSession, **spec: Any) -> Controller:
-    ctl = Controller(members, BrokerAPI(session, timeout=1.0), group_spec(**spec))
+async def started(
+    members: LocalMembers, session: aiohttp.ClientSession, **spec: Any
+) -> LocalController:
+    ctl = LocalController(members, BrokerAPI(session, timeout=1.0), group_spec(**spec), LOG)
     await ctl.until(ctl.serving, what="the initial roles")
     admin = MQAdmin(namesrv_addr=ctl.master.address)
     try:
@@ -166,16 +61,6 @@ async def started(members: LocalMembers, session: aiohttp.ClientSession, **spec:
     finally:
         await admin.close()
     return ctl
-
-
-def log_bodies(store_root: Path) -> list[bytes]:
-    """Every message body in a stopped broker's commit log, in log order."""
-    bodies = []
-    for path in commit_log_files(store_root):
-        data = path.read_bytes()
-        records, _ = walk_file(data)
-        bodies += [decode_record(data, pos).body for pos, _total in records]
-    return bodies
 
 
 # -- the tests -------------------------------------------------------------------------------
@@ -213,7 +98,7 @@ async def test_promotion_picks_the_in_sync_slave_with_the_highest_offset(tmp_pat
             members.pods[MASTER].kill()
             members.pods[SLAVE_0].resume()
             await ctl.until(
-                lambda: _promoted(ctl, MASTER), within=30, what="a promotion after the kill"
+                lambda: ctl.promoted_from(MASTER), within=30, what="a promotion after the kill"
             )
             assert ctl.assignment.master == SLAVE_1, ctl.ctl.events
             assert ctl.assignment.epoch == 2
@@ -224,12 +109,6 @@ async def test_promotion_picks_the_in_sync_slave_with_the_highest_offset(tmp_pat
             old = members.pods[MASTER].status()
             assert old["role"] == "SLAVE" and old["epoch"] == 2
             assert old["brokerId"] == ctl.assignment.broker_ids[MASTER] == 2
-
-
-async def _promoted(ctl: Controller, old: str) -> bool:
-    return (
-        ctl.assignment.master != old and not (await asyncio.to_thread(ctl.master.status))["fenced"]
-    )
 
 
 async def test_no_eligible_slave_means_no_promotion(tmp_path: Path) -> None:
@@ -253,7 +132,7 @@ async def test_no_eligible_slave_means_no_promotion(tmp_path: Path) -> None:
             assert "NoEligibleSlave" in [e.reason for e in ctl.ctl.events]
 
 
-async def _in_sync_is(ctl: Controller, expected: set[int]) -> bool:
+async def _in_sync_is(ctl: LocalController, expected: set[int]) -> bool:
     return set(ctl.assignment.in_sync) == expected
 
 
@@ -266,7 +145,7 @@ async def test_partitioned_old_master_acknowledges_nothing_after_the_promotion(
             ctl.ctl.delete_pod = None  # the partitioned pod stays; only SIGCONT brings it back
             old = members.pods[MASTER]
             old.pause()
-            await ctl.until(lambda: _promoted(ctl, MASTER), within=30, what="the promotion")
+            await ctl.until(lambda: ctl.promoted_from(MASTER), within=30, what="the promotion")
             new_master = ctl.assignment.master
             old.resume()
             # before the controller reaches it again: SYNC writes on it are not acknowledged
@@ -302,7 +181,7 @@ async def test_old_master_truncates_its_unacknowledged_tail(tmp_path: Path) -> N
             members.pods[MASTER].kill()
             for pod in (SLAVE_0, SLAVE_1):
                 members.pods[pod].resume()
-            await ctl.until(lambda: _promoted(ctl, MASTER), within=30, what="the promotion")
+            await ctl.until(lambda: ctl.promoted_from(MASTER), within=30, what="the promotion")
             await ctl.until(ctl.serving, within=60, what="the old master rejoining")
             old = members.pods[MASTER].status()
             assert old["slave"]["truncatedBytesTotal"] > 0 or old["maxOffset"] < cut
@@ -442,11 +321,7 @@ async def test_acknowledged_writes_survive_repeated_failovers(tmp_path: Path) ->
                 stop.set()
                 await asyncio.gather(*tasks, controller, return_exceptions=True)
             await ctl.until(ctl.serving, within=60, what="the final group in sync")
-            target = (await asyncio.to_thread(ctl.master.status))["maxOffset"]
-            for pod in ctl.assignment.slaves:
-                await _wait(
-                    lambda p=pod: members.pods[p].status()["maxOffset"] >= target, 60, "catch-up"
-                )
+            await asyncio.to_thread(ctl.wait_caught_up)
             final_master = ctl.assignment.master
             epoch = ctl.assignment.epoch
         for broker in members.pods.values():
