@@ -90,6 +90,7 @@ class FailoverController:
         self.logger = logger
         self.clock = clock
         self.master_seen_at: float | None = None
+        self.master_seen = False  # answered at least once since this controller started
         self.events: list[Event] = []
         self.condition: JSON = {
             "type": "Failover",
@@ -182,11 +183,12 @@ class FailoverController:
         if self.master_seen_at is None:
             self.master_seen_at = now  # a (re)started operator gives the master a full grace
         lost_data = self._master_lost_data(assignment, probes)
-        if lost_data is None and not self.members.present(assignment.master):
+        if lost_data is None and self.master_seen and not self.members.present(assignment.master):
             # a deleted (or evicted) master pod is going away for sure: no grace period
             lost_data = "its pod is being deleted"
         if master.status is not None and lost_data is None:
             self.master_seen_at = now
+            self.master_seen = True
             in_sync = frozenset(
                 int(i) for i in (master.status.get("master") or {}).get("inSyncSet") or []
             )
@@ -267,6 +269,19 @@ class FailoverController:
         self, assignment: Assignment, probes: Mapping[str, Probe], why: str
     ) -> Assignment:
         old = assignment.master
+        eligible = [
+            p
+            for p in assignment.slaves
+            if probes[p].status is not None and assignment.broker_ids[p] in assignment.in_sync
+        ]
+        if not eligible:
+            # nothing to promote: no epoch is spent, nobody is fenced, the group waits
+            reachable = [p for p in assignment.slaves if probes[p].status is not None]
+            reason = (
+                f"no reachable slave was in the master's in-sync set "
+                f"{sorted(assignment.in_sync)} (reachable: {', '.join(reachable) or 'none'})"
+            )
+            return self._no_promotion(assignment, old, why, reason)
         # 1. the new epoch is durable before anyone hears of it
         fenced_at = replace(assignment, epoch=assignment.epoch + 1)
         await self.persist(fenced_at)
@@ -295,11 +310,7 @@ class FailoverController:
         ]
         election = elect(candidates, self.spec.failover_preferred_master)
         if election.winner is None:
-            message = f"master {old} lost ({why}); no promotion: {election.reason}"
-            if self.condition.get("reason") != "NoEligibleSlave":
-                self._event("Warning", "NoEligibleSlave", message)
-            self._set_condition(False, "NoEligibleSlave", message)
-            return fenced_at
+            return self._no_promotion(fenced_at, old, why, election.reason)
         winner = election.winner.pod
         new = replace(promote(assignment, winner), epoch=fenced_at.epoch)
         self._event(
@@ -337,6 +348,13 @@ class FailoverController:
         )
         self._set_condition(True, "Promoted", f"{winner} promoted at epoch {new.epoch}")
         return new
+
+    def _no_promotion(self, assignment: Assignment, old: str, why: str, reason: str) -> Assignment:
+        message = f"master {old} lost ({why}); no promotion: {reason}"
+        if self.condition.get("reason") != "NoEligibleSlave":
+            self._event("Warning", "NoEligibleSlave", message)
+        self._set_condition(False, "NoEligibleSlave", message)
+        return assignment
 
     # -- switchover --------------------------------------------------------------------------
     async def switchover(self, assignment: Assignment, target: str) -> Assignment:

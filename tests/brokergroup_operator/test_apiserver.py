@@ -382,6 +382,42 @@ def test_delete_is_not_blocked(api: kubeapi.ApiServer, operator: Any) -> None:
     # not here; the on-cluster e2e test checks that.)
 
 
+def test_failover_group_records_its_assignment_and_waits_without_an_eligible_slave(
+    api: kubeapi.ApiServer, operator: Any
+) -> None:
+    """No pod can run here: the failover daemon records the default assignment through the
+    status subresource (under the operator's RBAC), says no slave can be promoted, and spends
+    no epoch on it however long the master stays away."""
+    apply(api, group("ledger", replicationMode="SYNC", slaves=2,
+                     failover={"enabled": True, "masterLostSeconds": 1}))  # fmt: skip
+    found = eventually(
+        lambda: len(children(api, "ledger")) == CHILDREN and children(api, "ledger"),
+        what="children",
+    )
+    assert found[("Service", "ledger")]["spec"]["selector"]["brokergroup.io/role"] == "master"
+    assert (
+        "enableControllerMode=true" in found[("ConfigMap", "ledger-config")]["data"]["broker.conf"]
+    )
+
+    def waiting() -> dict[str, Any]:
+        status = get(api, "bg/ledger").get("status") or {}
+        cond = {c["type"]: c for c in status.get("conditions") or []}
+        return status if cond.get("Failover", {}).get("reason") == "NoEligibleSlave" else {}
+
+    status = eventually(waiting, what="the Failover condition")
+    assert status["failover"] == {
+        "epoch": 1,
+        "master": "ledger-master-0",
+        "brokerIds": {"ledger-master-0": 0, "ledger-slave-0": 1, "ledger-slave-1": 2},
+        "inSyncSet": [],
+    }
+    time.sleep(3)
+    assert get(api, "bg/ledger")["status"]["failover"]["epoch"] == 1
+    table = api.kubectl("get", "-n", NS, "bg", "ledger").stdout
+    assert "MASTER" in table.splitlines()[0]
+    api.kubectl("delete", "-n", NS, "bg/ledger", "--timeout=30s")
+
+
 def test_operator_has_no_errors_in_its_log(api: kubeapi.ApiServer, operator: Any) -> None:
     log = (api.workdir / "logs" / "operator.log").read_text().splitlines()
     bad = [line for line in log if " 403 " in line or "Forbidden" in line or "Traceback" in line]
