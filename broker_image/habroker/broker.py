@@ -34,6 +34,7 @@ from habroker.read_policy import (
     total_physical_memory,
 )
 from habroker.registration import NameServerRegistration
+from habroker.replicas_manager import ReplicasManager
 from habroker.route_info import RouteInfoManager
 from habroker.schedule import BadDelayLevel, ScheduleMessageService
 from habroker.slave_sync import SlaveSynchronize
@@ -91,6 +92,7 @@ class BrokerController:
         self._round_robin: dict[str, int] = {}
         # HA peer address -> (brokerId, listen address, HTTP address), as slaves announce them
         self.slave_identities: dict[str, tuple[int, str, str]] = {}
+        self.replicas = ReplicasManager(self)
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -133,18 +135,11 @@ class BrokerController:
     async def start(self) -> None:
         await self.store.start()
         self.schedule.correct_offsets()  # delayOffset.json fitted to the recovered queues
+        self.replicas.load()
         if self.is_slave:
-            self.ha_client = HAClient(self.config, self.store)
-            await self.ha_client.start()
-            self.master_http_address = self.config.masterHttpAddress or self._default_master_http(
-                self.config.haMasterAddress
-            )
-            self.slave_sync = SlaveSynchronize(self, interval=self.config.metaSyncInterval / 1000)
-            self.slave_sync.start()
+            await self.start_slave()
         else:
-            self.ha_service = HAService(self.config, self.store)
-            await self.ha_service.start()
-            self.schedule.start()  # RocketMQ: delayed delivery runs on the master only
+            await self.start_master()
         self._tasks.append(
             asyncio.create_task(self._persist_offsets_loop(), name="persist-offsets")
         )
@@ -174,16 +169,62 @@ class BrokerController:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
-        await self.schedule.stop()
-        if self.slave_sync:
-            await self.slave_sync.stop()
-        if self.ha_client:
-            await self.ha_client.stop()
-        if self.ha_service:
-            await self.ha_service.stop()
+        await self.stop_slave()
+        await self.stop_master()
+        await self.replicas.close()
         self.offsets.persist()
         await self.store.shutdown()
         log.info("broker %s id=%d stopped", self.config.brokerName, self.config.brokerId)
+
+    # -- role parts (started at startup, swapped by ReplicasManager at runtime) -------------
+    async def start_master(self) -> None:
+        self.ha_service = HAService(self.config, self.store)
+        await self.ha_service.start()
+        self.schedule.start()  # RocketMQ: delayed delivery runs on the master only
+
+    async def stop_master(self) -> None:
+        """SYNC producers still waiting get FLUSH_SLAVE_TIMEOUT: nobody will ack them now."""
+        await self.schedule.stop()
+        if self.ha_service is not None:
+            await self.ha_service.stop()
+            self.ha_service = None
+
+    async def start_slave(self) -> None:
+        self.ha_client = HAClient(self.config, self.store, self.replicas.check_history)
+        await self.ha_client.start()
+        self.master_http_address = self.config.masterHttpAddress or self._default_master_http(
+            self.config.haMasterAddress
+        )
+        self.slave_sync = SlaveSynchronize(self, interval=self.config.metaSyncInterval / 1000)
+        self.slave_sync.start()
+
+    async def stop_slave(self) -> None:
+        if self.slave_sync is not None:
+            await self.slave_sync.stop()
+            self.slave_sync = None
+        if self.ha_client is not None:
+            await self.ha_client.stop()
+            self.ha_client = None
+        self.registered_master_address = ""
+
+    def reconfigure(self, **updates: Any) -> None:
+        """Identity keys changed by a role call, everywhere the config is held."""
+        self.config = dataclasses.replace(self.config, **updates)
+        self.store.config = self.config
+        if self.ha_service is not None:
+            self.ha_service.config = self.config
+        if self.ha_client is not None:
+            self.ha_client.config = self.config
+
+    def register_now(self) -> None:
+        """Tell the name servers (and, for a slave, its master) about a new role at once."""
+        if self.registration.enabled:
+            self._tasks = [t for t in self._tasks if not t.done()]
+            self._tasks.append(
+                asyncio.create_task(self.registration.register_all(), name="register-now")
+            )
+        if self.slave_sync is not None:
+            self.slave_sync.trigger()
 
     async def _persist_offsets_loop(self) -> None:
         while True:
@@ -257,6 +298,13 @@ class BrokerController:
         delivery (SCHEDULE_TOPIC_XXXX, see :mod:`habroker.schedule`), as RocketMQ's put does;
         the queueId returned is still the real one.
         """
+        if self.replicas.fenced:
+            raise BrokerError(
+                "fenced",
+                f"this broker is fenced ({self.replicas.fence_reason}; known epoch "
+                f"{self.replicas.known_epoch}) and refuses writes; produce to the current master",
+                503,
+            )
         if self.is_slave:
             raise BrokerError(
                 "not_master",
@@ -390,6 +438,13 @@ class BrokerController:
 
     # -- consumer offsets ------------------------------------------------------------------
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        if self.replicas.fenced:
+            raise BrokerError(
+                "fenced",
+                f"this broker is fenced ({self.replicas.fence_reason}; known epoch "
+                f"{self.replicas.known_epoch}) and refuses writes; produce to the current master",
+                503,
+            )
         if self.is_slave:
             raise BrokerError(
                 "not_master",
@@ -512,8 +567,10 @@ class BrokerController:
             "ready": self.readiness()[0],
             "uptimeSeconds": round(time.monotonic() - self.started_at, 3),
         }
+        out.update(self.replicas.status())
         if self.ha_service is not None:
             master = self.ha_service.status()
+            in_sync = []
             for row in self._slave_rows(master):
                 broker_id, listen, http = self.slave_identities.get(
                     row["address"], (None, None, None)
@@ -521,9 +578,14 @@ class BrokerController:
                 row["brokerId"] = broker_id
                 row["listenAddress"] = listen
                 row["httpAddress"] = http or None
+                if row["inSync"] and broker_id is not None:
+                    in_sync.append(broker_id)
+            master["inSyncSet"] = sorted(set(in_sync))
             out["master"] = master
         if self.ha_client is not None:
             slave = dict(self.ha_client.status())
             slave["metadata"] = self.slave_sync.status() if self.slave_sync else None
+            slave["divergence"] = self.replicas.divergence
+            slave["truncatedBytesTotal"] = self.replicas.truncated_bytes_total
             out["slave"] = slave
         return out

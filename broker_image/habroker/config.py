@@ -118,6 +118,11 @@ class BrokerConfig:
     haTransferBatchSize: int = 32768
     haMaxGapNotInSync: int = 256 * 1024 * 1024
     haSyncFromLastFile: bool = False  # habroker: RocketMQ's classic rule for a new slave
+    # a slave silent this long (ms) leaves the master's in-sync set (RocketMQ 5's key)
+    haMaxTimeSlaveNotCatchup: int = 15000
+    # RocketMQ 5: the role comes from a controller (here: the operator, PUT /v1/admin/role);
+    # the broker starts with writes fenced until it is told. HA stays classic.
+    enableControllerMode: bool = False
     # consumers
     longPollingEnable: bool = True
     # reads from slaves

@@ -65,8 +65,12 @@ class NameServerRegistration:
         # RocketMQ clamps registerNameServerPeriod to 10..60 s
         return min(max(self.broker.config.registerNameServerPeriod, 10_000), 60_000) / 1000
 
+    @property
+    def enabled(self) -> bool:
+        return bool(namesrv_addresses(self.broker.config.namesrvAddr))
+
     def start(self) -> None:
-        if namesrv_addresses(self.broker.config.namesrvAddr):
+        if self.enabled:
             self._task = asyncio.create_task(self._run(), name="namesrv-registration")
 
     async def stop(self) -> None:

@@ -19,6 +19,7 @@ from habroker.config import ConfigError
 from habroker.message import decode_records
 from habroker.metadata import MetadataError
 from habroker.metrics import Exposition
+from habroker.replicas_manager import RoleError, RoleRequest
 from habroker.store import StoreError
 from habroker.wire import BATCH_CONTENT_TYPE, RECORDS_CONTENT_TYPE, BadBatch, decode_batch
 
@@ -323,15 +324,41 @@ async def set_master_address(request: web.Request) -> web.Response:
     )
 
 
+def _role_view(broker: BrokerController) -> dict[str, Any]:
+    return {
+        "role": broker.role.value,
+        "brokerId": broker.config.brokerId,
+        "brokerName": broker.config.brokerName,
+        "maxOffset": broker.store.max_phy_offset,
+        **broker.replicas.status(),
+    }
+
+
 async def get_role(request: web.Request) -> web.Response:
+    return web.json_response(_role_view(request.app[BROKER_KEY]))
+
+
+async def put_role(request: web.Request) -> web.Response:
+    """The controller (the operator) says what this broker is: docs/failover.md."""
     broker = request.app[BROKER_KEY]
-    return web.json_response(
-        {
-            "role": broker.role.value,
-            "brokerId": broker.config.brokerId,
-            "brokerName": broker.config.brokerName,
-        }
-    )
+    body = await _json_body(request)
+    try:
+        await broker.replicas.set_role(RoleRequest.from_json(body))
+    except RoleError as exc:
+        raise BrokerError(exc.code, str(exc), exc.http_status) from None
+    return web.json_response(_role_view(broker))
+
+
+async def fence(request: web.Request) -> web.Response:
+    broker = request.app[BROKER_KEY]
+    body = await _json_body(request)
+    epoch = body.get("epoch")
+    if type(epoch) is not int or epoch < 1:
+        raise BrokerError("bad_request", "fields: epoch (int >= 1)")
+    try:
+        return web.json_response(await broker.replicas.fence(epoch))
+    except RoleError as exc:
+        raise BrokerError(exc.code, str(exc), exc.http_status) from None
 
 
 async def get_config(request: web.Request) -> web.Response:
@@ -502,6 +529,8 @@ def add_routes(router: web.UrlDispatcher) -> None:
     r.add_get("/v1/status", status)
     r.add_put("/v1/admin/master-address", set_master_address)
     r.add_get("/v1/admin/role", get_role)
+    r.add_put("/v1/admin/role", put_role)
+    r.add_post("/v1/admin/fence", fence)
     r.add_get("/v1/admin/config", get_config)
     r.add_patch("/v1/admin/config", patch_config)
     r.add_post("/v1/admin/clean-expired", clean_expired)

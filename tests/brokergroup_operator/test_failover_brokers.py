@@ -91,9 +91,11 @@ async def test_promotion_picks_the_in_sync_slave_with_the_highest_offset(tmp_pat
             # master still counts it in sync, so only the offsets can tell them apart (the
             # tie-break alone would pick brokerId 1)
             members.pods[SLAVE_0].pause()
+            # (more than the sockets between them buffer: a stopped process still receives)
             async with MQProducer(ctl.master.address, retry_times=0) as producer:
-                for i in range(20):
-                    result = await producer.send(TOPIC, f"n{i}".encode())
+                for i in range(128):
+                    batch = [f"n{i}-{j}".encode() + bytes(4000) for j in range(32)]
+                    result = await producer.send_batch(TOPIC, batch)
                     assert result.status is SendStatus.SEND_OK
             members.pods[MASTER].kill()
             members.pods[SLAVE_0].resume()
@@ -166,33 +168,49 @@ async def test_partitioned_old_master_acknowledges_nothing_after_the_promotion(
 
 
 async def test_old_master_truncates_its_unacknowledged_tail(tmp_path: Path) -> None:
+    """The slaves stop reading (SIGSTOP) while the master takes more than their sockets can
+    buffer: none of it is acknowledged (SYNC), and part of it never leaves the master. After the
+    promotion the old master comes back, cuts exactly that unshared tail, and follows."""
     with controlled_group(tmp_path) as (_group, members):
         async with aiohttp.ClientSession() as session:
             ctl = await started(members, session)
             async with MQProducer(ctl.master.address, retry_times=0) as producer:
-                acked = [(await producer.send(TOPIC, f"a{i}".encode(), queue=0)) for i in range(30)]
+                acked = [await producer.send(TOPIC, f"a{i}".encode(), queue=0) for i in range(30)]
             assert all(r.status is SendStatus.SEND_OK for r in acked)
             for pod in (SLAVE_0, SLAVE_1):
                 members.pods[pod].pause()
-            async with MQProducer(ctl.master.address, retry_times=0, send_timeout=5) as producer:
-                tail = [await producer.send(TOPIC, f"t{i}".encode(), queue=0) for i in range(3)]
-            assert all(r.status is not SendStatus.SEND_OK for r in tail), tail
-            cut = members.pods[MASTER].status()["maxOffset"]
+            async with MQProducer(ctl.master.address, retry_times=0, send_timeout=10) as producer:
+                tail = await asyncio.gather(
+                    *(
+                        producer.send_batch(
+                            TOPIC, [f"t{i}-{j}".encode() + bytes(4000) for j in range(32)]
+                        )
+                        for i in range(128)
+                    )
+                )
+            assert all(r.status is not SendStatus.SEND_OK for r in tail), {r.status for r in tail}
+            old_root = Path(members.pods[MASTER].config["storePathRootDir"])
             members.pods[MASTER].kill()
+            before = log_bodies(old_root)  # the old master's log as it died
             for pod in (SLAVE_0, SLAVE_1):
                 members.pods[pod].resume()
             await ctl.until(lambda: ctl.promoted_from(MASTER), within=30, what="the promotion")
             await ctl.until(ctl.serving, within=60, what="the old master rejoining")
             old = members.pods[MASTER].status()
-            assert old["slave"]["truncatedBytesTotal"] > 0 or old["maxOffset"] < cut
+            assert old["role"] == "SLAVE" and old["slave"]["truncatedBytesTotal"] > 0, old
+            await asyncio.to_thread(ctl.wait_caught_up)
+            winner = ctl.assignment.master
         for broker in members.pods.values():
             broker.stop()
-        bodies = {
-            p: log_bodies(Path(b.config["storePathRootDir"])) for p, b in members.pods.items()
-        }
-        for pod, got in bodies.items():
-            assert [b for b in got if b.startswith(b"t")] == [], f"{pod} kept an unacked message"
-            assert [b for b in got if b.startswith(b"a")] == [f"a{i}".encode() for i in range(30)]
+        final = log_bodies(Path(members.pods[winner].config["storePathRootDir"]))
+        for pod, broker in members.pods.items():
+            assert log_bodies(Path(broker.config["storePathRootDir"])) == final, pod
+        assert [b for b in final if b.startswith(b"a")] == [f"a{i}".encode() for i in range(30)]
+        shared = len(final)
+        assert before[:shared] == final, "the new master's log is not a prefix of the old one's"
+        cut = before[shared:]
+        assert cut and all(b.startswith(b"t") for b in cut), "only unacknowledged bodies are cut"
+        print(f"\nold master cut {len(cut)} unacknowledged messages; {shared} shared")
 
 
 async def test_switchover_moves_mastership_without_losing_a_write(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import socket
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from habroker.config import BrokerConfig, parse_host_port
@@ -44,9 +45,16 @@ _REPORT_EVERY = 4 << 20  # bytes appended between reports while more data is que
 class HAClient:
     """Replicates from one master at a time; the master can be switched at runtime."""
 
-    def __init__(self, config: BrokerConfig, store: MessageStore) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        store: MessageStore,
+        history_check: Callable[[str], Awaitable[str | None]] | None = None,
+    ) -> None:
         self.config = config
         self.store = store
+        #: before each connection: None to go on, else why not (see ReplicasManager)
+        self.history_check = history_check
         self.master_address = config.haMasterAddress
         self.connected = False
         self.local_address: str | None = None  # our end of the HA connection, as the master sees it
@@ -92,6 +100,14 @@ class HAClient:
             return
         log.info("HA master address changed from %r to %r", self.master_address, address)
         self.master_address = address
+        if self._conn_task is not None:
+            self._conn_task.cancel()
+        if self._switch is not None:
+            self._switch.set()
+
+    def reconnect(self) -> None:
+        """Drop the current connection (if any) and connect again at once: the history is
+        checked anew (a new epoch, a re-pointed slave)."""
         if self._conn_task is not None:
             self._conn_task.cancel()
         if self._switch is not None:
@@ -143,6 +159,11 @@ class HAClient:
         host, port = parse_host_port(address, key="haMasterAddress")
         sock: socket.socket | None = None
         self._appended = 0
+        if self.history_check is not None:
+            refused = await self.history_check(address)
+            if refused is not None:
+                self.last_error = refused
+                return False
         try:
             infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
             family, kind, proto, _, sockaddr = infos[0]

@@ -201,9 +201,13 @@ class HAConnection:
             last_write = time.monotonic()
 
     # -- status ----------------------------------------------------------------------------
-    def status(self, master_max: int, max_gap: int) -> dict[str, object]:
+    def status(
+        self, master_max: int, max_gap: int, max_silence: float = float("inf")
+    ) -> dict[str, object]:
+        """``inSync``: within ``max_gap`` bytes and heard from within ``max_silence`` s."""
         now = time.monotonic()
         lag = max(0, master_max - self.ack_offset)
+        silent = now - self.last_report_at if self.last_report_at is not None else float("inf")
         return {
             "address": self.address,
             "ackOffset": self.ack_offset,
@@ -211,7 +215,7 @@ class HAConnection:
             "lastReportAgeMs": None
             if self.last_report_at is None
             else round((now - self.last_report_at) * 1000),
-            "inSync": lag < max_gap,
+            "inSync": lag < max_gap and silent <= max_silence,
             "connectedSeconds": round(now - self.connected_at, 3),
             "requestOffset": self.request_offset,
             "nextTransferOffset": self.next_transfer_offset,

@@ -160,7 +160,10 @@ class HAService:
         """The ``master`` part of ``/v1/status`` plus counters for ``/metrics``."""
         master_max = self.store.max_phy_offset
         gap = self.config.haMaxGapNotInSync
-        slaves = [conn.status(master_max, gap) for conn in self.connections if conn.has_reported]
+        silence = self.config.haMaxTimeSlaveNotCatchup / 1000.0
+        slaves = [
+            conn.status(master_max, gap, silence) for conn in self.connections if conn.has_reported
+        ]
         host, port = self.listen_address
         return {
             "push2SlaveMaxOffset": self.push2slave_max_offset,

@@ -84,6 +84,7 @@ class AdminBrokerProcessor:
             (RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, self.search_offset),
             (RequestCode.GET_EARLIEST_MSG_STORETIME, self.earliest_store_time),
             (RequestCode.VIEW_MESSAGE_BY_ID, self.view_message),
+            (RequestCode.GET_BROKER_EPOCH_CACHE, self.epoch_cache),
         ):
             server.register(code, _refusing(handler))
 
@@ -132,6 +133,11 @@ class AdminBrokerProcessor:
 
     def all_delay_offset(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
         return request.response(body=body.dump_bytes(self.broker.delays.to_json()))
+
+    def epoch_cache(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+        """EpochEntryCache (5.x answers it only in controller mode; habroker always: a slave
+        checks its master's history with it before replicating)."""
+        return request.response(body=body.dump_bytes(self.broker.replicas.entry_cache()))
 
     def all_subscription_groups(
         self, request: RemotingCommand, channel: Channel

@@ -12,6 +12,7 @@ from habroker.store import StoreNotWritable as _NotWritable
 _BROKER_CODES = {
     "unknown_topic": ResponseCode.TOPIC_NOT_EXIST,
     "not_master": ResponseCode.SERVICE_NOT_AVAILABLE,
+    "fenced": ResponseCode.SERVICE_NOT_AVAILABLE,
     "topic_not_writable": ResponseCode.NO_PERMISSION,
     "topic_not_readable": ResponseCode.NO_PERMISSION,
 }

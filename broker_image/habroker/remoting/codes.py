@@ -28,6 +28,7 @@ class RequestCode(IntEnum):
     GET_MIN_OFFSET = 31
     GET_EARLIEST_MSG_STORETIME = 32
     VIEW_MESSAGE_BY_ID = 33
+    GET_BROKER_EPOCH_CACHE = 1007  # 5.x: the broker's epoch entries (EpochEntryCache)
     HEART_BEAT = 34
     UNREGISTER_CLIENT = 35
     CONSUMER_SEND_MSG_BACK = 36

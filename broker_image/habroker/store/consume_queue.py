@@ -72,6 +72,17 @@ class ConsumeQueue:
                     return
                 pos -= CQ_STORE_UNIT_SIZE
 
+    def last_unit_offset(self) -> int | None:
+        """Commit-log offset of the last unit's record (None if the queue is empty)."""
+        for mf in reversed(self.queue.files):
+            pos = mf.wrote_position - CQ_STORE_UNIT_SIZE
+            while pos >= 0:
+                offset, size, _ = UNIT.unpack_from(mf.mm, pos)
+                if size != BLANK_UNIT_SIZE:
+                    return int(offset)
+                pos -= CQ_STORE_UNIT_SIZE
+        return None
+
     def truncate_dirty(self, phy_end: int) -> None:
         """Remove units whose record starts at or past ``phy_end`` (the log's valid end)."""
         files = self.queue.files

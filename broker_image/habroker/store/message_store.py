@@ -694,6 +694,39 @@ class MessageStore:
     def running(self) -> bool:
         return self._running
 
+    # -- truncation (failover) -----------------------------------------------------------------
+    def truncate_to(self, offset: int) -> int:
+        """Cut the commit log at ``offset`` (a record boundary) and every consume-queue unit
+        pointing at or past it; returns the bytes cut. Only while nothing appends: a slave
+        whose HA client is not connected, or a slave becoming master."""
+        end = self.commit_log.max_offset
+        if offset >= end:
+            return 0
+        offset = max(offset, self.commit_log.min_offset)
+        self.commit_log.queue.truncate_dirty(offset)
+        for cq in self.consume_queues.values():
+            cq.truncate_dirty(offset)
+        self._last_cq = None
+        self._queue_offsets.clear()
+        self.reput.reput_from_offset = min(self.reput.reput_from_offset, offset)
+        log.warning("commit log cut from %d to %d (%d bytes)", end, offset, end - offset)
+        return end - offset
+
+    def cut_partial_record(self) -> int:
+        """Cut a record the HA stream left half-written at the end (before this log takes
+        appends of its own); returns the bytes cut."""
+        self.reput.do_reput()
+        return self.truncate_to(self.reput.reput_from_offset)
+
+    def last_record_offset(self) -> int | None:
+        """Where the log's last indexed record starts (None for an empty log)."""
+        best: int | None = None
+        for cq in self.consume_queues.values():
+            start = cq.last_unit_offset()
+            if start is not None and (best is None or start > best):
+                best = start
+        return best
+
     # -- replication hooks ---------------------------------------------------------------------
     def get_commit_log_data(self, offset: int) -> SelectedRegion | None:
         """Bytes of the one file holding ``offset``, from it to that file's readable end."""
