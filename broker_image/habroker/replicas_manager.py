@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from habroker import fastjson
 from habroker.config import BrokerRole, parse_host_port
 from habroker.ha.epoch_file import EpochEntry, EpochFileCache, consistent_point
+from habroker.metadata import MetadataError
 from habroker.remoting import RequestCode, ResponseCode
 from habroker.remoting.channel import RemotingError
 from habroker.remoting.client import RemotingClient
@@ -207,6 +208,7 @@ class ReplicasManager:
             if cut:
                 log.warning("cut %d bytes of a half-received record before taking writes", cut)
         broker.reconfigure(brokerRole=req.role, brokerId=0, haMasterAddress="", masterAddress="")
+        self._adopt_replicated_topics()
         if broker.ha_service is None:
             await broker.start_master()
         max_offset = broker.store.max_phy_offset
@@ -220,6 +222,24 @@ class ReplicasManager:
             req.role.value, req.epoch, max_offset, was.value,
         )  # fmt: skip
         broker.register_now()
+
+    def _adopt_replicated_topics(self) -> None:
+        """Topics whose messages this log holds but whose config the slave had not copied yet
+        (metadata is copied every metaSyncInterval): a new master must take writes for them."""
+        broker = self.broker
+        for topic in broker.store.topics():
+            if broker.topics.get(topic) is not None or topic.startswith(("%RETRY%", "%DLQ%")):
+                continue
+            queues = max(broker.store.queue_ids(topic), default=-1) + 1
+            if queues <= 0 or topic == "SCHEDULE_TOPIC_XXXX":
+                continue
+            try:
+                broker.topics.create(topic, queues, queues, 6)
+            except MetadataError as exc:
+                log.warning("cannot adopt topic %s from the log: %s", topic, exc)
+                continue
+            log.warning("topic %s adopted from the log with %d queues (its config had not "
+                        "reached this slave yet)", topic, queues)  # fmt: skip
 
     async def _become_slave(self, req: RoleRequest) -> None:
         broker = self.broker

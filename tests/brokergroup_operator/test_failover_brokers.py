@@ -9,6 +9,7 @@ Everything the controller touches is real: /v1/status, PUT /v1/admin/role, POST
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import random
@@ -274,6 +275,7 @@ async def test_acknowledged_writes_survive_repeated_failovers(tmp_path: Path) ->
             stop = asyncio.Event()
             acked: dict[int, list[bytes]] = {k: [] for k in range(PRODUCERS)}
             refused = 0
+            errors: dict[str, int] = {}
             namesrv = ";".join(b.address for b in members.pods.values())
 
             async def produce(k: int) -> None:
@@ -285,7 +287,8 @@ async def test_acknowledged_writes_survive_repeated_failovers(tmp_path: Path) ->
                         seq += 1
                         try:
                             r = await producer.send(TOPIC, body, queue=k % 4)
-                        except MQClientError:
+                        except Exception as exc:
+                            errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
                             refused += 1
                             producer.instance.routes.invalidate(TOPIC)
                             await asyncio.sleep(0.05)
@@ -318,22 +321,28 @@ async def test_acknowledged_writes_survive_repeated_failovers(tmp_path: Path) ->
                         victim.pause()
                     await _wait(lambda v=victim_pod: ctl.assignment.master != v, 30, "promotion")
                     await _wait(
-                        lambda b=before: sum(len(v) for v in acked.values()) > b, 30, "a write"
+                        lambda b=before: sum(len(v) for v in acked.values()) > b,
+                        30,
+                        f"a write (errors so far {errors}, producers done: "
+                        f"{[t.exception() for t in tasks if t.done()]})",
                     )
                     outages.append(time.monotonic() - lost_at)
                     if kind == "partition":
-                        victim.resume()
+                        # (unless the controller already "deleted the pod": restarted it)
+                        with contextlib.suppress(RuntimeError):
+                            victim.resume()
                     # the old master must be back in sync before the next round, or there
                     # would be no eligible slave (the group waits, as it should)
                     await _wait_async(ctl.serving, 90, f"round {n}: the group in sync")
                     LOG.warning(
-                        "failover %d (%s %s -> %s, epoch %d): %.1fs without an accepted write",
+                        "failover %d (%s %s -> %s, epoch %d): %.1fs without an accepted write; %s",
                         n + 1,
                         kind,
                         victim_pod,
                         ctl.assignment.master,
                         ctl.assignment.epoch,
                         outages[-1],
+                        errors,
                     )
             finally:
                 stop.set()
