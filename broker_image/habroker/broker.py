@@ -238,6 +238,8 @@ class BrokerController:
         if not self.ready:
             return False, "starting"
         if self.is_slave and self.ha_client and not self.ha_client.connected:
+            if self.replicas.divergence is not None:
+                return True, "serving reads; not replicating: " + self.replicas.divergence["reason"]
             if not self.config.haMasterAddress:
                 return False, "no haMasterAddress configured"
             if time.monotonic() - self.started_at < SLAVE_READY_GRACE:

@@ -126,6 +126,7 @@ class ReplicasManager:
             self.fence_reason = AWAITING_ROLE
         elif not self.broker.is_slave and not self.epochs.entries:
             self.epochs.append(1, store.max_phy_offset)  # a classic master's first epoch
+            self._know(1)
 
     def _know(self, epoch: int) -> None:
         if epoch > self.known_epoch:
@@ -279,7 +280,12 @@ class ReplicasManager:
         try:
             answer = await self._client.invoke(master, RequestCode.GET_BROKER_EPOCH_CACHE)
         except RemotingError as exc:
-            return f"cannot ask master {master} for its epochs: {exc}"
+            if self.controller_mode:
+                return f"cannot ask master {master} for its epochs: {exc}"
+            # classic mode keeps replicating from an HA address whose client port it cannot
+            # reach (a stale masterAddress), as RocketMQ does, unchecked
+            log.warning("history not checked: master %s does not answer: %s", master, exc)
+            return None
         if answer.code == ResponseCode.SUCCESS and answer.body:
             cache = fastjson.loads(answer.body)
             theirs = [EpochEntry.from_json(e) for e in cache.get("epochList") or []]

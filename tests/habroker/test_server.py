@@ -211,10 +211,18 @@ def test_offsets_topics_groups_and_admin(broker):
     with pytest.raises(BrokerAPIError) as exc:
         conn.json("PATCH", "/v1/admin/config", {"listenPort": 1})
     assert exc.value.code == "not_runtime_key"
-    assert conn.json("GET", "/v1/admin/role") == {
+    role = conn.json("GET", "/v1/admin/role")
+    assert role == {
         "role": "ASYNC_MASTER",
         "brokerId": 0,
         "brokerName": "broker-a",
+        "maxOffset": role["maxOffset"],
+        # a classic master starts epoch 1 at its max offset when its log has no epochs yet
+        "epoch": 1,
+        "fenced": False,
+        "fenceReason": None,
+        "controllerMode": False,
+        "epochEntries": [{"epoch": 1, "startOffset": 0, "endOffset": role["maxOffset"]}],
     }
     with pytest.raises(BrokerAPIError) as exc:
         conn.json("PUT", "/v1/admin/master-address", {"haMasterAddress": "127.0.0.1:1"})

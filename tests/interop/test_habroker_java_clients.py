@@ -379,3 +379,24 @@ def test_531_client_and_mqadmin_against_habroker(group: JavaGroup) -> None:
     assert "LITE_PULL_MESSAGE" in {r["name"] for r in events_of(events, "rpc")}
     rows = topic_status(run_mqadmin(ns, V5, "topicStatus", "-n", group.namesrv, "-t", "T-five"))
     assert len(rows) == 2 and sum(r.max_offset for r in rows) == 16, rows
+
+
+def test_mqadmin_get_broker_epoch_reads_habrokers_epochs(
+    group: JavaGroup, habroker_group: LocalGroup
+) -> None:
+    """5.3.1 mqadmin's getBrokerEpoch sends GET_BROKER_EPOCH_CACHE (1007) to every broker of the
+    group and prints each EpochEntryCache: the master's epoch 1 from offset 0, and the slave's
+    copy of it (a slave takes its master's entries after checking its history)."""
+    from tests.interop.test_java_oracle import V5
+
+    out = run_mqadmin(group.ns, V5, "getBrokerEpoch", "-n", group.namesrv, "-b", "broker-a")
+    blocks = [b for b in out.split("#clusterName") if "#brokerAddr" in b]
+    assert len(blocks) == 2, out
+    for block in blocks:
+        broker_id = int(block.split("#brokerId")[1].split()[0])
+        member = habroker_group.brokers[broker_id]
+        role = member.status()
+        assert f"#brokerAddr\t{member.address}" in block, block
+        epochs = [line for line in block.splitlines() if line.startswith("#Epoch:")]
+        assert len(epochs) == len(role["epochEntries"]) == 1, (block, role)
+        assert "epoch=1" in epochs[0] and "startOffset=0" in epochs[0], epochs
