@@ -101,6 +101,7 @@ class Load:
         assert self.proc.stdin is not None
         self.proc.stdin.write(CLIENT_SCRIPT.read_text())
         self.proc.stdin.close()
+        self.proc.stdin = None  # communicate() must not flush it again
 
     def result(self) -> dict[str, Any]:
         out, err = self.proc.communicate(timeout=LOAD_SECONDS + 120)

@@ -60,6 +60,9 @@ class Members(Protocol):
     def present(self, pod: str) -> bool:
         """The pod exists and is not being deleted."""
 
+    def uid(self, pod: str) -> str | None:
+        """The pod's identity (a new one after a delete), None if unknown."""
+
 
 @dataclass
 class Probe:
@@ -91,6 +94,7 @@ class FailoverController:
         self.clock = clock
         self.master_seen_at: float | None = None
         self.master_seen = False  # answered at least once since this controller started
+        self.master_uid: str | None = None  # the master pod serving at the last tick
         self.events: list[Event] = []
         self.condition: JSON = {
             "type": "Failover",
@@ -183,12 +187,18 @@ class FailoverController:
         if self.master_seen_at is None:
             self.master_seen_at = now  # a (re)started operator gives the master a full grace
         lost_data = self._master_lost_data(assignment, probes)
-        if lost_data is None and self.master_seen and not self.members.present(assignment.master):
-            # a deleted (or evicted) master pod is going away for sure: no grace period
-            lost_data = "its pod is being deleted"
+        uid = self.members.uid(assignment.master)
+        if lost_data is None and self.master_seen:
+            # a deleted (or evicted) master pod is going away for sure: no grace period, even
+            # if its replacement came up between two ticks
+            if not self.members.present(assignment.master):
+                lost_data = "its pod is being deleted"
+            elif uid is not None and self.master_uid not in (None, uid):
+                lost_data = "its pod was deleted and replaced"
         if master.status is not None and lost_data is None:
             self.master_seen_at = now
             self.master_seen = True
+            self.master_uid = uid
             in_sync = frozenset(
                 int(i) for i in (master.status.get("master") or {}).get("inSyncSet") or []
             )
@@ -339,6 +349,7 @@ class FailoverController:
             )
         self.failovers += 1
         self.master_seen_at = self.clock()
+        self.master_uid = self.members.uid(winner)
         self._announced.discard(old)
         self._event(
             "Normal",
@@ -406,6 +417,7 @@ class FailoverController:
         for pod in new.slaves:
             await self._assign(new, pod, "switchover")
         self.master_seen_at = self.clock()
+        self.master_uid = self.members.uid(target)
         self._event(
             "Normal",
             "SwitchoverDone",

@@ -414,6 +414,10 @@ class KubeMembers:
         info = self.pods.get(pod)
         return info is not None and not info.deleting
 
+    def uid(self, pod: str) -> str | None:
+        info = self.pods.get(pod)
+        return info.uid or None if info is not None else None
+
     def _host(self, pod: str, wiring: str) -> str | None:
         info = self.pods.get(pod)
         if wiring == "dns":

@@ -46,6 +46,9 @@ class LocalMembers:
     def present(self, pod: str) -> bool:
         return True
 
+    def uid(self, pod: str) -> str | None:
+        return None  # a process has no pod identity; loss is seen as unreachability
+
     async def restart(self, pod: str) -> bool:
         """What the kubelet does for a deleted pod: a new process on the same volume."""
         broker = self.pods[pod]

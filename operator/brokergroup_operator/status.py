@@ -327,7 +327,10 @@ def transition_events(previous: Mapping[str, Any], status: Mapping[str, Any]) ->
                 "Normal",
                 "MasterChanged",
                 f"master {new_master.get('pod')} moved from {prev_master['address']} "
-                f"to {new_master['address']}",
+                f"to {new_master['address']}"
+                if prev_master.get("pod") == new_master.get("pod")
+                else f"master is now {new_master.get('pod')} at {new_master['address']} "
+                f"(was {prev_master.get('pod')} at {prev_master['address']})",
             )
         )
     if prev_master.get("reachable") and not new_master.get("reachable"):
