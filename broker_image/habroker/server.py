@@ -457,6 +457,25 @@ def render_metrics(broker: BrokerController) -> str:
         "Refused requests by error code.",
         [({**labels, "error": k}, v) for k, v in sorted(s.request_errors.items())],
     )
+    replicas = broker.replicas
+    exp.gauge(
+        "habroker_epoch", "The highest epoch this broker was told.", replicas.known_epoch, **labels
+    )
+    exp.gauge(
+        "habroker_fenced", "1 while writes are refused (fenced).", int(replicas.fenced), **labels
+    )
+    exp.counter(
+        "habroker_truncated_bytes_total",
+        "Commit-log bytes cut because a new master never had them (controller mode).",
+        replicas.truncated_bytes_total,
+        **labels,
+    )
+    exp.gauge(
+        "habroker_slave_diverged",
+        "1 while this slave refuses a master whose history is not its own.",
+        int(replicas.divergence is not None),
+        **labels,
+    )
     st = broker.status()
     if "master" in st:
         m = st["master"]

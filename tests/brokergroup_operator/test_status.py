@@ -411,3 +411,43 @@ def test_roll_waits_for_statefulset_to_observe_spec():
     stale = StsInfo("bg-slave", generation=3, observed_generation=2, update_revision="r2")
     decision = plan_roll([pod(0, "a", revision="r1")], [], MSTS, stale, [], 0)
     assert decision.delete is None and "observe" in decision.message
+
+
+def test_roll_a_failover_group_switches_mastership_instead_of_restarting_the_master():
+    """With failover the master may live in the slave StatefulSet: each pod is compared with its
+    own StatefulSet, and the outdated master is never deleted while it is master."""
+    from dataclasses import replace
+
+    # bg-slave-0 was promoted earlier (brokerId 0); bg-master-0 is brokerId 1 now
+    master = replace(pod(1, "b", revision="r1"), broker_id=0)
+    old_master_pod = replace(pod(0, "a", revision="r2"), broker_id=1)
+    other = pod(2, "c", revision="r2")
+    status = [
+        {"brokerId": 1, "pod": "bg-master-0", "inSync": True},
+        {"brokerId": 2, "pod": "bg-slave-1", "inSync": True},
+    ]
+    decision = plan_roll([master], [old_master_pod, other], MSTS, SSTS, status, 2, failover=True)
+    assert decision.delete is None
+    assert decision.switchover_to == "bg-master-0" and decision.pending == ["bg-slave-0"]
+    # an up-to-date pod in the master StatefulSet is not "outdated" against the slave one's
+    fresh = plan_roll(
+        [replace(pod(1, "b", revision="r2"), broker_id=0)],
+        [old_master_pod, other],
+        MSTS,
+        SSTS,
+        status,
+        2,
+        failover=True,
+    )
+    assert fresh.pending == [] and fresh.switchover_to is None
+    # once the switchover happened the old master is a slave and is restarted like one
+    after = plan_roll(
+        [replace(old_master_pod, broker_id=0)],
+        [replace(master, broker_id=1), other],
+        MSTS,
+        SSTS,
+        status,
+        2,
+        failover=True,
+    )
+    assert after.delete == "bg-slave-0"
