@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +128,47 @@ def _mmm(entry: dict[str, Any] | None, digits: int = 0) -> str:
 
 def _x(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}x"
+
+
+def failover_section(path: Path | None = None) -> list[str]:
+    """``python -m bench.failover``'s last results (a run of its own, not of ``bench.run``)."""
+    path = path or Path(__file__).resolve().parent / "results" / "failover.json"
+    lines = ["", "## Failover and switchover (`python -m bench.failover`)", ""]
+    if not path.exists():
+        return [*lines, "Not measured yet: run `python -m bench.failover`."]
+    data = json.loads(path.read_text())
+    settings = data["settings"]
+    targets = data["targets"]
+    lines += [
+        f"A SYNC group of three habroker processes in controller mode, the operator's failover "
+        f"controller ticking every {settings['tickSeconds']:g} s, masterLostSeconds "
+        f"{settings['masterLostSeconds']:g} (the default), {settings['producers']} producers "
+        "(habroker's remoting client, one message at a time, no retries). Seconds from the event "
+        "to the first write the new master accepted:",
+        "",
+        "| event | median s | max s | rounds | target s | met |",
+        "| --- | ---: | ---: | ---: | ---: | :---: |",
+    ]
+    for kind, target in (
+        ("kill", targets["lostMasterSeconds"]),
+        ("partition", targets["lostMasterSeconds"]),
+        ("switchover", targets["switchoverSeconds"]),
+    ):
+        row = data["summary"].get(kind)
+        if row:
+            met = "yes" if row["max"] <= target else "**no**"
+            lines.append(
+                f"| {kind} | {row['median']:.2f} | {row['max']:.2f} | {row['n']} | "
+                f"<= {target:g} | {met} |"
+            )
+    missing = data["acknowledgedMissing"]
+    lines += [
+        "",
+        f"{data['acknowledged']} messages acknowledged, {data['notAcknowledged']} sends not "
+        f"acknowledged (refused or timed out during the switch); acknowledged messages missing "
+        f"afterwards, per broker: {missing}. Plot: `bench/results/failover.png`.",
+    ]
+    return lines
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -274,6 +316,7 @@ def markdown(results: dict[str, Any]) -> str:
             "| ---: | ---: | ---: |",
             f"| {_f(ha)} | {_f(limit)} | {_x(r)} |",
         ]
+    lines += failover_section()
     notes = results.get("notes", [])
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]

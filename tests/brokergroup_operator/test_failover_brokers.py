@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import random
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -395,3 +396,34 @@ async def _wait_async(predicate: Any, within: float, what: str) -> None:
             return
         await asyncio.sleep(0.1)
     raise AssertionError(f"timed out after {within}s waiting for {what}")
+
+
+async def test_a_master_back_without_its_data_is_never_confirmed(tmp_path: Path) -> None:
+    """The master's volume is lost (wiped) and it restarts empty within masterLostSeconds: the
+    controller must not confirm it (the slaves hold messages it lacks) but promote a slave, and
+    the empty broker becomes a slave that copies everything."""
+    with controlled_group(tmp_path) as (_group, members):
+        async with aiohttp.ClientSession() as session:
+            ctl = await started(members, session, failover_master_lost_seconds=30.0)
+            async with MQProducer(ctl.master.address, retry_times=0) as producer:
+                for i in range(50):
+                    assert (
+                        await producer.send(TOPIC, f"k{i}".encode())
+                    ).status is SendStatus.SEND_OK
+            await asyncio.to_thread(ctl.wait_caught_up)
+            old = members.pods[MASTER]
+            old.kill()
+            shutil.rmtree(Path(old.config["storePathRootDir"]))
+            await asyncio.to_thread(old.start)
+            await ctl.until(lambda: ctl.promoted_from(MASTER), within=10, what="a promotion")
+            assert "lost data" in " ".join(e.message for e in ctl.ctl.events), ctl.ctl.events
+            await ctl.until(ctl.serving, within=60, what="the empty broker following")
+            await asyncio.to_thread(ctl.wait_caught_up)
+            assert old.status()["role"] == "SLAVE"
+        for broker in members.pods.values():
+            broker.stop()
+        for pod, broker in members.pods.items():
+            bodies = log_bodies(Path(broker.config["storePathRootDir"]))
+            assert [b for b in bodies if b.startswith(b"k")] == [
+                f"k{i}".encode() for i in range(50)
+            ], pod
