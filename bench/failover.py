@@ -165,10 +165,10 @@ async def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             await asyncio.to_thread(ctl.wait_caught_up)
         for broker in members.pods.values():
             broker.stop()
-        lost = {
-            pod: sum(1 for b in load.acked if b not in set(log_bodies(Path(broker.config["storePathRootDir"]))))
-            for pod, broker in members.pods.items()
-        }  # fmt: skip
+        lost = {}
+        for pod, broker in members.pods.items():
+            stored = set(log_bodies(Path(broker.config["storePathRootDir"])))
+            lost[pod] = sum(1 for b in load.acked if b not in stored)
     by_kind: dict[str, list[float]] = {}
     for r in rounds:
         by_kind.setdefault(r["kind"], []).append(r["pauseSeconds"])
