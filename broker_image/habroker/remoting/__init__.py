@@ -1,7 +1,7 @@
 """RocketMQ's remoting protocol: frames, commands, an asyncio server and client.
 
 This package knows the wire and nothing of the broker: :mod:`habroker.processor` maps request
-codes onto the broker's operations.  Layouts are in ``shared/spec/ROCKETMQ-FORMAT.md`` §4.
+codes onto the broker's operations.  Layouts are in ``docs/wire-layouts.md``.
 """
 
 from habroker.remoting.codes import LanguageCode, RequestCode, ResponseCode

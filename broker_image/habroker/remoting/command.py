@@ -4,7 +4,7 @@ A frame is ``[int32 length][int32 serializeType<<24 | headerLength][header][body
 ``length`` counts everything after itself.  The header is either JSON (RocketMQ's default) or
 the ROCKETMQ binary layout; an answer is written in the serialization of its request.  Header
 fields beyond the fixed ones travel as ``extFields`` — string to string — which is where every
-request's custom header lives.  Layout and pointers: ``shared/spec/ROCKETMQ-FORMAT.md`` §4.
+request's custom header lives.  Layout and pointers: ``docs/wire-layouts.md``.
 """
 
 from __future__ import annotations
