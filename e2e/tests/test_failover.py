@@ -190,3 +190,24 @@ def test_freeze_the_master_container_under_load(group: Group) -> None:
         240,
         f"{old} back as an in-sync slave",
     )
+
+
+def test_switchover_by_annotation_under_load(group: Group) -> None:
+    """`kubectl annotate bg NAME brokergroup.io/switchover-to=POD`: mastership moves to that
+    in-sync slave with a pause of about a second, nothing acknowledged lost, and the
+    annotation is removed when done."""
+    g = group
+    eventually(g.serving, 240, "the group serving")
+    old = g.master
+    target = next(s["pod"] for s in g.status()["slaves"] if s.get("inSync"))
+    topic = f"Switchover{os.urandom(2).hex()}"
+    load = Load(g, topic)
+    time.sleep(15)
+    event_at = time.time()
+    g.c.kubectl("-n", g.ns, "annotate", "bg", g.name, f"brokergroup.io/switchover-to={target}")
+    eventually(lambda: g.master == target, 60, f"{target} master")
+    result = load.result()
+    check(g, result, topic, "switchover", event_at)
+    annotations = g.c.group(g.ns, g.name)["metadata"].get("annotations") or {}
+    assert "brokergroup.io/switchover-to" not in annotations, annotations
+    assert old != g.master
