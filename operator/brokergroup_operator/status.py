@@ -123,6 +123,8 @@ def slave_entry(
         "inSync": False,
     }
     own = (report.status or {}).get("slave") or {}
+    if own.get("divergence"):
+        entry["divergence"] = str(own["divergence"].get("reason") or own["divergence"])
     seen = master_view.get(f"addr:{own.get('localAddress')}") or master_view.get(f"id:{broker_id}")
     if seen is None and pod is not None and pod.ip:
         seen = master_view.get(pod.ip)
@@ -271,6 +273,17 @@ def compute_status(
             sync = (True, "AllSlavesInSync", f"{spec.slaves} slaves in sync")
     cond.append(_condition("Replicating", *repl, prev_conditions, now, generation))
     cond.append(_condition("InSync", *sync, prev_conditions, now, generation))
+    diverged = [s for s in slaves if s.get("divergence")]
+    history = (
+        (
+            False,
+            "SlaveDiverged",
+            f"brokerId {_ids(diverged)} refuse(s) the master: {diverged[0]['divergence']}",
+        )
+        if diverged
+        else (True, "OneHistory", "every reachable slave's log is a prefix of the master's")
+    )
+    cond.append(_condition("HistoryConsistent", *history, prev_conditions, now, generation))
     for extra in obs.extra_conditions:
         cond.append(
             _condition(
