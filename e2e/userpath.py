@@ -10,6 +10,7 @@ cluster leaves a kubeconfig whose address is routed off-host, and nothing may be
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
@@ -18,7 +19,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -171,6 +172,34 @@ class Cluster:
             "--timeout",
             timeout,
         )
+
+    @contextlib.contextmanager
+    def example_group(
+        self,
+        example_name: str,
+        release: str,
+        broker_image: str,
+        operator_image: str,
+        slaves: int,
+    ) -> Iterator[tuple[str, str]]:
+        """A namespace of its own with the chart (namespaced mode) and one example group, in
+        sync: yields (namespace, group name); removes all of it afterwards (unless
+        E2E_KEEP_NAMESPACES=1)."""
+        ns = f"e2e-{release}-{os.urandom(3).hex()}"
+        self.kubectl("create", "namespace", ns)
+        obj = example(example_name, broker_image)
+        obj["spec"]["storage"]["size"] = "64Mi"
+        name = obj["metadata"]["name"]
+        try:
+            self.install_operator(release, ns, operator_image, "--set", "watch.mode=namespaced")
+            self.apply(ns, obj)
+            eventually(lambda: in_sync(self.status(ns, name), slaves), 240, "the group in sync")
+            yield ns, name
+        finally:
+            if os.environ.get("E2E_KEEP_NAMESPACES") != "1":
+                self.kubectl("-n", ns, "delete", "bg", "--all", "--timeout=120s", check=False)
+                self.helm("uninstall", release, "--namespace", ns, "--wait", check=False)
+                self.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
     # -- a group -----------------------------------------------------------------------------
     def group(self, namespace: str, name: str) -> dict[str, Any]:

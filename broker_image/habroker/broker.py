@@ -279,6 +279,15 @@ class BrokerController:
             raise BrokerError("unknown_topic", f"topic {topic!r} does not exist", 404)
         return cfg
 
+    def _refuse_if_fenced(self, what: str) -> None:
+        if self.replicas.fenced:
+            raise BrokerError(
+                "fenced",
+                f"this broker is fenced ({self.replicas.fence_reason}; known epoch "
+                f"{self.replicas.known_epoch}) and refuses {what}; use the current master",
+                503,
+            )
+
     # -- produce ---------------------------------------------------------------------------
     async def produce(
         self,
@@ -300,13 +309,7 @@ class BrokerController:
         delivery (SCHEDULE_TOPIC_XXXX, see :mod:`habroker.schedule`), as RocketMQ's put does;
         the queueId returned is still the real one.
         """
-        if self.replicas.fenced:
-            raise BrokerError(
-                "fenced",
-                f"this broker is fenced ({self.replicas.fence_reason}; known epoch "
-                f"{self.replicas.known_epoch}) and refuses writes; produce to the current master",
-                503,
-            )
+        self._refuse_if_fenced("writes")
         if self.is_slave:
             raise BrokerError(
                 "not_master",
@@ -440,13 +443,7 @@ class BrokerController:
 
     # -- consumer offsets ------------------------------------------------------------------
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        if self.replicas.fenced:
-            raise BrokerError(
-                "fenced",
-                f"this broker is fenced ({self.replicas.fence_reason}; known epoch "
-                f"{self.replicas.known_epoch}) and refuses writes; produce to the current master",
-                503,
-            )
+        self._refuse_if_fenced("consumer offset commits")
         if self.is_slave:
             raise BrokerError(
                 "not_master",

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from e2e.tests.kube import Kube, unavailable
-from e2e.userpath import CLIENT_SCRIPT, Cluster, eventually, example, find_tool, in_sync
+from e2e.userpath import CLIENT_SCRIPT, Cluster, eventually, find_tool, in_sync
 
 pytestmark = pytest.mark.timeout(900)
 EXAMPLE = "failover.yaml"
@@ -61,23 +61,8 @@ def group(kube: Kube, broker_image: str, operator_image: str) -> Iterator[Group]
     if helm is None:
         pytest.fail("no helm binary: `make cluster-build` builds one into e2e/.cluster/bin")
     c = Cluster(kube.env["KUBECONFIG"], kube.kubectl, helm)
-    ns = f"e2e-failover-{os.urandom(3).hex()}"
-    c.kubectl("create", "namespace", ns)
-    release = "bgfailover"
-    obj = example(EXAMPLE, broker_image)
-    obj["spec"]["storage"]["size"] = "64Mi"
-    name = obj["metadata"]["name"]
-    try:
-        c.install_operator(release, ns, operator_image, "--set", "watch.mode=namespaced")
-        c.apply(ns, obj)
-        eventually(lambda: in_sync(c.status(ns, name), SLAVES), 240, "the group in sync")
-        client = c.client_pod(ns, broker_image)
-        yield Group(c, ns, name, client)
-    finally:
-        if os.environ.get("E2E_KEEP_NAMESPACES") != "1":
-            c.kubectl("-n", ns, "delete", "bg", "--all", "--timeout=120s", check=False)
-            c.helm("uninstall", release, "--namespace", ns, "--wait", check=False)
-            c.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+    with c.example_group(EXAMPLE, "bgfailover", broker_image, operator_image, SLAVES) as (ns, name):
+        yield Group(c, ns, name, c.client_pod(ns, broker_image))
 
 
 class Load:

@@ -12,14 +12,13 @@ deselect them by name (`-m "not network_policy"`), visibly.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from e2e.tests.kube import Kube
-from e2e.userpath import Cluster, eventually, example, find_tool, in_sync
+from e2e.userpath import Cluster, example, find_tool, in_sync
 
 pytestmark = [pytest.mark.network_policy, pytest.mark.timeout(600)]
 EXAMPLE = "sync-1-slave.yaml"
@@ -73,23 +72,9 @@ def probe(c: Cluster, ns: str, pod: str, ip: str, port: int, timeout: float = 3)
 
 @pytest.fixture(scope="module")
 def group(cluster: Cluster, kube: Kube, broker_image: str, operator_image: str) -> Iterator[str]:
-    c = cluster
-    ns = f"e2e-netpol-{os.urandom(3).hex()}"
-    c.kubectl("create", "namespace", ns)
-    release = "bgnetpol"
-    obj = example(EXAMPLE, broker_image)
-    obj["spec"]["storage"]["size"] = "64Mi"
-    name = obj["metadata"]["name"]
-    try:
-        c.install_operator(release, ns, operator_image, "--set", "watch.mode=namespaced")
-        c.apply(ns, obj)
-        eventually(lambda: in_sync(c.status(ns, name), 1), 240, "the group Ready, in sync")
-        c.kubectl("-n", ns, "get", "networkpolicy", f"{name}-brokers")
+    with cluster.example_group(EXAMPLE, "bgnetpol", broker_image, operator_image, 1) as (ns, name):
+        cluster.kubectl("-n", ns, "get", "networkpolicy", f"{name}-brokers")
         yield ns
-    finally:
-        c.kubectl("-n", ns, "delete", "bg", "--all", "--timeout=120s", check=False)
-        c.helm("uninstall", release, "--namespace", ns, "--wait", check=False)
-        c.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
 def test_ha_port_only_from_the_group(cluster: Cluster, group: str, broker_image: str) -> None:

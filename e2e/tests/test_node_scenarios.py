@@ -31,12 +31,11 @@ from typing import Any
 import pytest
 
 from e2e.tests.kube import Kube, unavailable
-from e2e.userpath import Cluster, eventually, example, find_tool, in_sync
+from e2e.userpath import Cluster, eventually, find_tool, in_sync
 
 pytestmark = pytest.mark.timeout(1200)
 EXAMPLE = "async-2-slaves.yaml"
 SLAVES = 2
-READY_BOUND = 240.0
 
 
 @dataclass
@@ -130,26 +129,15 @@ def group(kube: Kube, broker_image: str, operator_image: str) -> Iterator[Group]
     ]
     if len(nodes) < 3:
         unavailable(f"{len(nodes)} schedulable node(s): node scenarios need 3")
-    ns = f"e2e-nodes-{os.urandom(3).hex()}"
-    c.kubectl("create", "namespace", ns)
-    release = "bgnodes"
-    obj = example(EXAMPLE, broker_image)
-    obj["spec"]["storage"]["size"] = "64Mi"
-    name = obj["metadata"]["name"]
     try:
-        c.install_operator(release, ns, operator_image, "--set", "watch.mode=namespaced")
-        c.apply(ns, obj)
-        eventually(
-            lambda: in_sync(c.status(ns, name), SLAVES), READY_BOUND, "the group Ready, in sync"
-        )
-        yield Group(c, ns, name)
+        with c.example_group(EXAMPLE, "bgnodes", broker_image, operator_image, SLAVES) as (
+            ns,
+            name,
+        ):
+            yield Group(c, ns, name)
     finally:
         for node in nodes:  # whatever happened, no node stays cordoned
             c.kubectl("uncordon", node["metadata"]["name"], check=False)
-        if os.environ.get("E2E_KEEP_NAMESPACES") != "1":
-            c.kubectl("-n", ns, "delete", "bg", "--all", "--timeout=120s", check=False)
-            c.helm("uninstall", release, "--namespace", ns, "--wait", check=False)
-            c.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
 def placement(g: Group) -> dict[str, str]:
