@@ -111,7 +111,11 @@ class LocalController:
         return self.broker(self.assignment.master)
 
     async def serving(self) -> bool:
-        """The assigned master takes writes and every slave is in its in-sync set."""
+        """The assigned master takes writes, every slave is in its in-sync set, and the
+        controller has recorded that set (only recorded members may be promoted)."""
+        everyone = {self.assignment.broker_ids[p] for p in self.assignment.slaves}
+        if set(self.assignment.in_sync) != everyone:
+            return False
         try:
             status = await asyncio.to_thread(self.master.status)
         except OSError:
@@ -119,7 +123,7 @@ class LocalController:
         if status.get("fenced") or status.get("epoch") != self.assignment.epoch:
             return False
         in_sync = set((status.get("master") or {}).get("inSyncSet") or [])
-        return in_sync == {self.assignment.broker_ids[p] for p in self.assignment.slaves}
+        return in_sync == everyone
 
     def wait_caught_up(self, within: float = 60.0) -> None:
         """Blocking (run it in a thread): until every slave has the master's max offset."""
