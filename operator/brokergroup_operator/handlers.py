@@ -23,8 +23,9 @@ import aiohttp
 import kopf
 from lightkube import ApiError
 
-from . import GROUP, PLURAL, VERSION
+from . import GROUP, KIND, PLURAL, VERSION
 from .brokerapi import BrokerAPI, BrokerAPIError
+from .drift import describe, drifted, find_child
 from .election import Assignment, assignment_from_status
 from .failover import FailoverController, MasterAddresses
 from .kube import Kube
@@ -45,7 +46,7 @@ from .manifests import (
 from .rolling import StsInfo
 from .settings import Settings, configure_kopf
 from .spec import GroupSpec, SpecError, broker_config_warnings, parse_spec
-from .status import PodInfo, status_patch
+from .status import PodInfo, container_facts, pod_transitions, status_patch
 from .sweep import GroupState, invalid_status, now_iso, sweep
 
 #: one DEBUG line per group sweep (``brokergroup-operator --log-sweeps``)
@@ -105,6 +106,27 @@ def _pod_ready(status: Mapping[str, Any]) -> bool:
     )
 
 
+def _pod_info(
+    name: str, broker_id: int, labels: Mapping[str, str], meta: Mapping[str, Any],
+    status: Mapping[str, Any],
+) -> PodInfo:  # fmt: skip
+    problem, restarts, last_exit = container_facts(status, "broker")
+    return PodInfo(
+        name=name,
+        broker_id=broker_id,
+        uid=str(meta.get("uid", "")),
+        ip=status.get("podIP"),
+        ready=_pod_ready(status),
+        phase=str(status.get("phase", "Pending")),
+        revision=labels.get("controller-revision-hash"),
+        deleting=meta.get("deletionTimestamp") is not None,
+        role=labels.get(LABEL_ROLE),
+        problem=problem,
+        restarts=restarts,
+        last_exit=last_exit,
+    )
+
+
 @kopf.index("v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY})
 def broker_pods(
     name: str,
@@ -118,19 +140,57 @@ def broker_pods(
     broker_id = broker_id_of_pod(name, group) if group else None
     if group is None or broker_id is None or namespace is None:
         return {}
-    return {
-        (namespace, group): PodInfo(
-            name=name,
-            broker_id=broker_id,
-            uid=str(meta.get("uid", "")),
-            ip=status.get("podIP"),
-            ready=_pod_ready(status),
-            phase=str(status.get("phase", "Pending")),
-            revision=labels.get("controller-revision-hash"),
-            deleting=meta.get("deletionTimestamp") is not None,
-            role=labels.get(LABEL_ROLE),
-        )
-    }
+    return {(namespace, group): _pod_info(name, broker_id, labels, meta, status)}
+
+
+@kopf.on.event("v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY})
+async def watch_broker_pod(
+    event: Mapping[str, Any],
+    name: str,
+    namespace: str | None,
+    labels: Mapping[str, str],
+    meta: Mapping[str, Any],
+    status: Mapping[str, Any],
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+    **kwargs: Any,
+) -> None:
+    """Every change of a broker pod as it happens, not at the next poll: Events for a pod
+    that stops or starts being Ready, restarts or cannot run (with the kubelet's reason), and
+    a master outage shorter than a poll kept for the next sweep's Ready condition."""
+    group = labels.get(LABEL_GROUP)
+    broker_id = broker_id_of_pod(name, group) if group else None
+    index: kopf.Index[GroupKey, GroupRef] = kwargs["broker_groups"]
+    if group is None or broker_id is None or namespace is None:
+        return
+    ref = next(iter(index.get((namespace, group), [])), None)
+    if ref is None or ref.deleting:
+        return
+    state = _runtime(memo).state((namespace, group))
+    old = state.pods_seen.get(name)
+    new = (
+        None if event.get("type") == "DELETED" else _pod_info(name, broker_id, labels, meta, status)
+    )
+    if new is None:
+        state.pods_seen.pop(name, None)
+    else:
+        state.pods_seen[name] = new
+    if event.get("type") is None:
+        return  # the listing at startup: a baseline, not a change
+    role = (new.role if new else None) or (old.role if old else None)
+    role = role or (MASTER if broker_id == 0 else SLAVE)
+    now = time.monotonic()
+    since = state.not_ready_since.get(name)
+    events = pod_transitions(old, new, role, now - since if since is not None else None)
+    if new is not None and new.ready and not new.deleting:
+        state.not_ready_since.pop(name, None)
+        if since is not None and role == MASTER:
+            state.master_blip = f"master {name} was not Ready for {now - since:.1f} s"
+    elif since is None and (old is None or old.ready):
+        state.not_ready_since[name] = now
+    for item in events:
+        logger.info("%s: %s", item.reason, item.message)
+        kopf.event(_group_body(ref), type=item.type, reason=item.reason, message=item.message)
 
 
 @kopf.index("apps", "v1", "statefulsets", labels={LABEL_MANAGED_BY: MANAGED_BY})
@@ -155,6 +215,46 @@ def broker_statefulsets(
             replicas=int(spec.get("replicas", 0)),
         )
     }
+
+
+@dataclass(frozen=True)
+class GroupRef:
+    """What a child's watch needs of its owner: the spec to rebuild it from, and identity."""
+
+    name: str
+    namespace: str
+    uid: str
+    spec: Mapping[str, Any]
+    deleting: bool
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+def broker_groups(
+    name: str, namespace: str | None, meta: Mapping[str, Any], spec: Mapping[str, Any], **_: Any
+) -> dict[GroupKey, GroupRef]:
+    if namespace is None:
+        return {}
+    return {
+        (namespace, name): GroupRef(
+            name=name,
+            namespace=namespace,
+            uid=str(meta.get("uid", "")),
+            spec=dict(spec),
+            deleting=meta.get("deletionTimestamp") is not None,
+        )
+    }
+
+
+def _group_body(ref: GroupRef) -> kopf.Body:
+    """Enough of a BrokerGroup for kopf to post an Event on it from another resource's
+    handler."""
+    return kopf.Body(
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": KIND,
+            "metadata": {"name": ref.name, "namespace": ref.namespace, "uid": ref.uid},
+        }
+    )
 
 
 # -- reconcile ---------------------------------------------------------------------------
@@ -221,6 +321,98 @@ async def forget(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) ->
     runtime: Runtime | None = memo.get("runtime")
     if runtime is not None and namespace is not None:
         runtime.groups.pop((namespace, name), None)
+
+
+# -- drift: every child watched, restored when deleted or edited -------------------------
+async def repair_child(
+    kind: str, event: Mapping[str, Any], body: kopf.Body, memo: kopf.Memo, **kwargs: Any
+) -> None:
+    """Apply a child again when it was deleted or a field the operator owns changed, and
+    say so with a ``ChildRepaired`` Event on the group. Called for every watch event of a
+    child (and for each child listed at startup, which repairs what drifted meanwhile)."""
+    index: kopf.Index[GroupKey, GroupRef] = kwargs["broker_groups"]
+    logger: kopf.Logger = kwargs["logger"]
+    namespace, name = body.metadata.namespace, body.metadata.name
+    group_name = (body.metadata.labels or {}).get(LABEL_GROUP)
+    if namespace is None or name is None or group_name is None:
+        return
+    ref = next(iter(index.get((namespace, group_name), [])), None)
+    owners = {o.get("uid") for o in body.metadata.get("ownerReferences") or []}
+    if ref is None or ref.deleting or ref.uid not in owners:
+        return  # not ours, or its group is going: the garbage collector's business
+    try:
+        group = parse_spec(ref.name, namespace, ref.spec)
+    except SpecError:
+        return  # the reconcile handler reports it; the children stay as last applied
+    runtime = _runtime(memo)
+    desired = find_child(
+        children(
+            group,
+            {"name": ref.name, "uid": ref.uid},
+            runtime.settings.cluster_domain,
+            network_policies=runtime.settings.network_policy,
+        ),
+        kind,
+        name,
+    )
+    if desired is None:
+        return
+    state = runtime.state((namespace, ref.name))
+    deleted = event.get("type") == "DELETED"
+    paths: list[str] | None = None
+    if deleted:
+        if not await runtime.kube.group_alive(namespace, ref.name, ref.uid):
+            return
+    else:
+        paths = drifted(desired, body)
+        if not paths or state.settled_drift.get((kind, name)) == tuple(paths):
+            return
+    try:
+        version = await runtime.kube.apply(desired)
+    except ApiError as exc:
+        logger.warning(
+            "repairing %s %s failed (the next event or sweep retries): %s", kind, name, exc
+        )
+        return
+    if paths is not None and version == body.metadata.get("resourceVersion"):
+        # the apiserver holds the value in its own form: nothing was repaired
+        state.settled_drift[(kind, name)] = tuple(paths)
+        return
+    state.settled_drift.pop((kind, name), None)
+    message = describe(kind, name, paths)
+    logger.info("repaired: %s", message)
+    kopf.event(_group_body(ref), type="Normal", reason="ChildRepaired", message=message)
+
+
+def _watch_children() -> None:
+    """One event handler per kind of child (NetworkPolicy only when the operator makes them:
+    without that setting it has no RBAC to watch them)."""
+    kinds = [
+        ("ConfigMap", ("v1", "configmaps")),
+        ("Service", ("v1", "services")),
+        ("StatefulSet", ("apps", "v1", "statefulsets")),
+        ("PodDisruptionBudget", ("policy", "v1", "poddisruptionbudgets")),
+    ]
+    if SETTINGS.network_policy:
+        kinds.append(("NetworkPolicy", ("networking.k8s.io", "v1", "networkpolicies")))
+    for kind, resource in kinds:
+
+        async def handler(
+            event: Mapping[str, Any],
+            body: kopf.Body,
+            memo: kopf.Memo,
+            _kind: str = kind,
+            **kwargs: Any,
+        ) -> None:
+            await repair_child(_kind, event, body, memo, **kwargs)
+
+        handler.__name__ = handler.__qualname__ = f"repair_{kind.lower()}"
+        kopf.on.event(*resource, labels={LABEL_MANAGED_BY: MANAGED_BY}, id=handler.__name__)(
+            handler
+        )
+
+
+_watch_children()
 
 
 # -- the status timer --------------------------------------------------------------------

@@ -44,15 +44,16 @@ class Kube:
         """In-cluster service account first, then $KUBECONFIG / ~/.kube/config."""
         return cls(AsyncClient(config=KubeConfig.from_env(), field_manager=FIELD_MANAGER))
 
-    async def apply(self, manifest: Mapping[str, Any]) -> None:
+    async def apply(self, manifest: Mapping[str, Any]) -> str:
         """Server-side apply: idempotent, and fields other managers own are left alone.
 
         ``force`` takes over fields a human changed with kubectl on our children: the
-        BrokerGroup is the source of truth for everything the operator sets.
+        BrokerGroup is the source of truth for everything the operator sets. Returns the
+        object's resourceVersion afterwards (unchanged when the apply changed nothing).
         """
         meta = manifest["metadata"]
         self.requests += 1
-        await self._client.patch(
+        applied = await self._client.patch(
             KINDS[manifest["kind"]],
             meta["name"],
             dict(manifest),
@@ -61,6 +62,21 @@ class Kube:
             field_manager=FIELD_MANAGER,
             force=True,
         )
+        meta = getattr(applied, "metadata", None)
+        return str(getattr(meta, "resourceVersion", "") or "")
+
+    async def group_alive(self, namespace: str, name: str, uid: str) -> bool:
+        """Whether this very BrokerGroup (same uid) exists and is not being deleted: the
+        garbage collector deletes children after their owner, and those must stay deleted."""
+        self.requests += 1
+        try:
+            group = await self._client.get(BrokerGroup, name, namespace=namespace)
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return False
+            raise
+        meta = group.metadata
+        return meta is not None and meta.uid == uid and meta.deletionTimestamp is None
 
     async def delete_pod(self, namespace: str, name: str) -> bool:
         """Delete one pod (a rolling step); False if it was already gone."""

@@ -105,10 +105,14 @@ def configure_kopf(kopf_settings: Any, settings: Settings) -> None:
     kopf_settings.watching.server_timeout = 300
     kopf_settings.watching.client_timeout = 330
     kopf_settings.watching.connect_timeout = 10
-    # Only our pods and StatefulSets reach the operator's memory: server-side label filter.
+    # Only our pods and children reach the operator's memory: server-side label filter.
     managed = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
     kopf_settings.watching.label_selectors["v1", "pods"] = managed
     kopf_settings.watching.label_selectors["apps", "v1", "statefulsets"] = managed
+    for resource in ("configmaps", "services"):
+        kopf_settings.watching.label_selectors["v1", resource] = managed
+    kopf_settings.watching.label_selectors["policy", "v1", "poddisruptionbudgets"] = managed
+    kopf_settings.watching.label_selectors["networking.k8s.io", "v1", "networkpolicies"] = managed
     # API calls (patches, events) fail fast and retry instead of hanging for aiohttp's 5 min.
     kopf_settings.networking.request_timeout = 30
     kopf_settings.networking.connect_timeout = 10

@@ -84,6 +84,8 @@ class GroupSpec:
     failover_enabled: bool = False
     failover_master_lost_seconds: float = 10.0
     failover_preferred_master: str | None = None
+    #: a slave is shown in sync only within this many bytes of the master (spec.inSyncMaxLagBytes)
+    in_sync_max_lag_bytes: int = 4 << 20
 
     @property
     def master_role(self) -> str:
@@ -131,6 +133,7 @@ def parse_spec(name: str, namespace: str, spec: Mapping[str, Any]) -> GroupSpec:
         failover_enabled=bool(_get(failover, "enabled", False)),
         failover_master_lost_seconds=float(_get(failover, "masterLostSeconds", 10)),
         failover_preferred_master=failover.get("preferredMaster") or None,
+        in_sync_max_lag_bytes=int(_get(spec, "inSyncMaxLagBytes", 4 << 20)),
     )
     validate(group)
     return group
@@ -161,6 +164,8 @@ def validate(spec: GroupSpec) -> None:
         )
     if spec.failover_enabled and spec.slaves < 1:
         raise SpecError("spec.failover.enabled", "needs at least one slave (spec.slaves >= 1)")
+    if spec.in_sync_max_lag_bytes < 0:
+        raise SpecError("spec.inSyncMaxLagBytes", "must be >= 0")
     if spec.failover_master_lost_seconds < 1:
         raise SpecError("spec.failover.masterLostSeconds", "must be at least 1")
     preferred = spec.failover_preferred_master
@@ -192,7 +197,9 @@ def _slave_config(spec: GroupSpec) -> BrokerConfig:
     try:
         return BrokerConfig.from_mapping(props, source="spec.brokerConfig")
     except ConfigError as exc:
-        raise SpecError("spec.brokerConfig", str(exc), reason="InvalidBrokerConfig") from None
+        # habroker names its source first; SpecError names the field once
+        message = str(exc).removeprefix("spec.brokerConfig: ")
+        raise SpecError("spec.brokerConfig", message, reason="InvalidBrokerConfig") from None
 
 
 def broker_config_warnings(spec: GroupSpec) -> list[str]:

@@ -35,6 +35,57 @@ class PodInfo:
     revision: str | None = None
     deleting: bool = False
     role: str | None = None  # the brokergroup.io/role label (failover groups)
+    #: what keeps the broker container from running, as the kubelet names it
+    #: ("ImagePullBackOff: ...", "CrashLoopBackOff (last exit: OOMKilled)", "Unschedulable: ...")
+    problem: str | None = None
+    restarts: int = 0
+    #: why the container last ended ("OOMKilled", "Error (exit 1)"), if it ever did
+    last_exit: str | None = None
+
+
+#: container waiting reasons that mean the broker cannot run until something changes
+STUCK_REASONS = frozenset(
+    {
+        "ImagePullBackOff",
+        "ErrImagePull",
+        "ErrImageNeverPull",
+        "InvalidImageName",
+        "CrashLoopBackOff",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    }
+)
+
+
+def container_facts(
+    pod_status: Mapping[str, Any], container: str
+) -> tuple[str | None, int, str | None]:
+    """(problem, restarts, last exit) of one container from a Pod's ``status``: the reasons
+    the kubelet gives, so status and Events name ImagePullBackOff or OOMKilled instead of
+    calling the broker merely unreachable."""
+    problem = None
+    for cond in pod_status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            problem = f"{cond.get('reason') or 'Unschedulable'}: {cond.get('message', '')}".strip()
+    found: Mapping[str, Any] = next(
+        (c for c in pod_status.get("containerStatuses") or [] if c.get("name") == container), {}
+    )
+    last = (found.get("lastState") or {}).get("terminated") or {}
+    last_exit = None
+    if last:
+        last_exit = str(last.get("reason") or "Terminated")
+        if last_exit != "OOMKilled" and last.get("exitCode") is not None:
+            last_exit += f" (exit {last['exitCode']})"
+    waiting = (found.get("state") or {}).get("waiting") or {}
+    reason = waiting.get("reason")
+    if reason in STUCK_REASONS:
+        problem = str(reason)
+        if reason == "CrashLoopBackOff" and last_exit:
+            problem += f" (last exit: {last_exit})"
+        elif waiting.get("message"):
+            problem += f": {waiting['message']}"
+    return problem, int(found.get("restartCount") or 0), last_exit
 
 
 @dataclass(frozen=True)
@@ -67,6 +118,9 @@ class Observation:
     rollout: JSON | None = None
     spec_error: tuple[str, str] | None = None  # (reason, message)
     extra_conditions: Sequence[JSON] = field(default_factory=list)
+    #: a master outage that began and ended since the last sweep (seen by the pod watch):
+    #: Ready keeps its value but shows the transition and what happened
+    master_blip: str | None = None
 
 
 def _host(address: str | None) -> str | None:
@@ -122,6 +176,8 @@ def slave_entry(
         "connected": False,
         "inSync": False,
     }
+    if pod is not None and pod.problem:
+        entry["problem"] = pod.problem
     own = (report.status or {}).get("slave") or {}
     if own.get("divergence"):
         entry["divergence"] = str(own["divergence"].get("reason") or own["divergence"])
@@ -136,6 +192,10 @@ def slave_entry(
             entry["lagBytes"] = max(0, master_max - entry["ackOffset"])
         elif seen.get("lagBytes") is not None:
             entry["lagBytes"] = int(seen["lagBytes"])
+        # in sync means caught up: the master's own rule (haMaxGapNotInSync, a recent report)
+        # and no more than spec.inSyncMaxLagBytes behind
+        if entry.get("lagBytes", 0) > spec.in_sync_max_lag_bytes:
+            entry["inSync"] = False
     elif report.status is not None:
         # The master does not list it (or cannot be reached): trust the slave's own view of
         # its offset, but it is only "connected" if the master is unreachable to check.
@@ -155,10 +215,14 @@ def _condition(
     previous: Mapping[str, JSON],
     now: str,
     generation: int,
+    flipped: bool = False,
 ) -> JSON:
+    """``flipped``: the condition went the other way and back since the last status (an
+    outage shorter than a poll), so it transitions now although its value is unchanged."""
     status = "True" if ok else "False"
     prev = previous.get(ctype)
-    since = now if prev is None or prev.get("status") != status else prev.get("lastTransitionTime")
+    changed = prev is None or prev.get("status") != status or flipped
+    since = now if changed or prev is None else prev.get("lastTransitionTime")
     return {
         "type": ctype,
         "status": status,
@@ -233,7 +297,12 @@ def compute_status(
         )
 
     master_pod_ready = bool(master.pod and master.pod.ready)
-    if not master_reachable:
+    if master.pod is not None and master.pod.problem:
+        master_out["problem"] = master.pod.problem
+    if not master_reachable and master.pod is not None and master.pod.problem:
+        reason = master.pod.problem.split(":")[0].split(" ")[0]
+        ready = (False, reason, f"master {master_out['pod']}: {master.pod.problem}")
+    elif not master_reachable:
         why = master.error or ("no master pod" if master.pod is None else "not polled yet")
         ready = (False, "MasterUnreachable", f"master {master_out['pod']}: {why}")
     elif not master_pod_ready:
@@ -246,7 +315,11 @@ def compute_status(
         )
     else:
         ready = (True, "MasterServing", f"master {master_out['pod']} serves writes")
-    cond.append(_condition("Ready", *ready, prev_conditions, now, generation))
+        if obs.master_blip:
+            ready = (True, "MasterRecovered", f"{ready[2]}; since the last poll: {obs.master_blip}")
+    cond.append(
+        _condition("Ready", *ready, prev_conditions, now, generation, flipped=bool(obs.master_blip))
+    )
 
     if spec.slaves == 0:
         repl = (False, "NoSlaves", "spec.slaves is 0")
@@ -378,6 +451,41 @@ def transition_events(previous: Mapping[str, Any], status: Mapping[str, Any]) ->
                 "Normal",
                 "ReadPolicyChanged",
                 f"slow consumers now read from brokerId {new_read} (was {prev_read})",
+            )
+        )
+    return events
+
+
+def pod_transitions(
+    old: PodInfo | None, new: PodInfo | None, role: str, not_ready_for: float | None
+) -> list[Event]:
+    """Events for one broker pod's change as the pod watch saw it (between status polls, so
+    a two-second outage is not missed). ``not_ready_for``: seconds since it stopped being
+    Ready, if it did."""
+    seen = new or old
+    who = f"{role} {seen.name if seen is not None else '?'}"
+    events: list[Event] = []
+    was_ready = old is not None and old.ready
+    if was_ready and (new is None or not new.ready or new.deleting):
+        why = (
+            "deleted"
+            if new is None or new.deleting
+            else (new.problem or "its readiness probe fails")
+        )
+        events.append(Event("Warning", "BrokerNotReady", f"{who} is not Ready: {why}"))
+    elif new is not None and new.ready and not was_ready and not_ready_for is not None:
+        events.append(
+            Event("Normal", "BrokerReady", f"{who} is Ready again after {not_ready_for:.1f} s")
+        )
+    if new is not None and new.problem and (old is None or old.problem != new.problem):
+        events.append(Event("Warning", "BrokerPodFailing", f"{who}: {new.problem}"))
+    if new is not None and old is not None and new.restarts > old.restarts:
+        last = f"; last exit: {new.last_exit}" if new.last_exit else ""
+        events.append(
+            Event(
+                "Warning",
+                "BrokerRestarted",
+                f"{who}'s broker container restarted (restart {new.restarts}{last})",
             )
         )
     return events

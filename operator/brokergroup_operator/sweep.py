@@ -46,6 +46,14 @@ class GroupState:
     switchover_to: str | None = None
     #: failover groups: the controller's condition, shown among the group's conditions
     failover_condition: dict[str, Any] | None = None
+    #: children whose drift an apply did not change (the apiserver's own form of a value):
+    #: (kind, name) -> the paths, so the same comparison does not cost a request per event
+    settled_drift: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
+    #: the pod watch's last view of each broker pod, and since when (monotonic) it is not Ready
+    pods_seen: dict[str, PodInfo] = field(default_factory=dict)
+    not_ready_since: dict[str, float] = field(default_factory=dict)
+    #: a master outage the pod watch saw begin and end since the last sweep
+    master_blip: str | None = None
 
 
 @dataclass
@@ -245,6 +253,7 @@ async def sweep(
     extra = [_reconciled_condition(state)]
     if group.failover_enabled and state.failover_condition:
         extra.append(state.failover_condition)
+    blip, state.master_blip = state.master_blip, None
     observed = state.applied_generation if state.applied_generation is not None else generation
     draft, _ = compute_status(
         group, observed, Observation(master, slaves, extra_conditions=extra), previous, now
@@ -287,6 +296,7 @@ async def sweep(
             read_policy=policy_status(group.read_policy, which, applied),
             rollout=decision.as_status(),
             extra_conditions=extra,
+            master_blip=blip,
         ),
         previous,
         now,

@@ -51,6 +51,15 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kubeapi.ApiServer]
         )
         # the operator's ClusterRole, bound to the token user the operator runs as
         rbac = [d for d in yaml.safe_load_all(RBAC.read_text()) if d]
+        # the chart adds this rule when it turns BROKERGROUP_NETWORK_POLICY on, as here
+        role = next(d for d in rbac if d["kind"] == "ClusterRole")
+        role["rules"].append(
+            {
+                "apiGroups": ["networking.k8s.io"],
+                "resources": ["networkpolicies"],
+                "verbs": ["list", "watch", "create", "patch"],
+            }
+        )
         binding = next(d for d in rbac if d["kind"] == "ClusterRoleBinding")
         binding["subjects"] = [
             {
@@ -204,6 +213,7 @@ def operator(api: kubeapi.ApiServer) -> Iterator[subprocess.Popen[bytes]]:
         "KUBECONFIG": str(api.kubeconfig_for("operator-token")),
         "BROKERGROUP_POLL_INTERVAL": "1",
         "BROKERGROUP_HTTP_TIMEOUT": "0.5",
+        "BROKERGROUP_NETWORK_POLICY": "true",
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "brokergroup_operator", "-n", NS, "--verbose"],
@@ -311,13 +321,96 @@ def test_operator_scales_and_reapplies(api: kubeapi.ApiServer, operator: Any) ->
         lambda: children(api, "scale")[("StatefulSet", "scale-slave")]["spec"]["replicas"] == 0,
         what="scale down",
     )
-    # a child deleted by hand comes back
-    api.kubectl("delete", "-n", NS, "statefulset/scale-master")
-    eventually(
-        lambda: ("StatefulSet", "scale-master") in children(api, "scale"),
-        timeout=60,
-        what="re-applied master StatefulSet",
-    )
+
+
+def repaired_events(api: kubeapi.ApiServer, group_name: str) -> list[str]:
+    return [
+        e["message"]
+        for e in get(api, "events")["items"]
+        if e["involvedObject"]["name"] == group_name and e["reason"] == "ChildRepaired"
+    ]
+
+
+def test_drift_is_repaired(api: kubeapi.ApiServer, operator: Any) -> None:
+    """Every kind of child, deleted or edited by hand, is restored at once (the watch, not the
+    status poll: the checks allow less than the 30 s fallback), each with a ChildRepaired Event
+    naming it."""
+    apply(api, group("drift", slaves=2))
+    eventually(lambda: len(children(api, "drift")) == CHILDREN, what="children")
+    eventually(lambda: get(api, "networkpolicy/drift-brokers"), what="the NetworkPolicy")
+    deleted = [
+        ("ConfigMap", "configmap/drift-config"),
+        ("Service", "service/drift"),
+        ("Service", "service/drift-namesrv"),
+        ("Service", "service/drift-master"),
+        ("PodDisruptionBudget", "poddisruptionbudget/drift"),
+        ("NetworkPolicy", "networkpolicy/drift-brokers"),
+        ("StatefulSet", "statefulset/drift-slave"),
+    ]
+    for kind, ref in deleted:
+        uid = get(api, ref)["metadata"]["uid"]
+        api.kubectl("delete", "-n", NS, ref, "--wait=true")
+        back = eventually(
+            lambda ref=ref, uid=uid: (obj := get(api, ref))["metadata"]["uid"] != uid and obj,
+            timeout=15,
+            what=f"{ref} recreated",
+        )
+        assert back["metadata"]["ownerReferences"][0]["name"] == "drift"
+        name = ref.split("/")[1]
+        eventually(
+            lambda kind=kind, name=name: any(
+                m.startswith(f"{kind} {name} was deleted") for m in repaired_events(api, "drift")
+            ),
+            timeout=15,
+            what=f"ChildRepaired for {ref}",
+        )
+
+    # edits: the overwritten broker.conf, a StatefulSet scaled to 0, a retargeted Service,
+    # a loosened PDB, an opened NetworkPolicy
+    conf = get(api, "configmap/drift-config")["data"]["broker.conf"]
+    edits = [
+        ("configmap/drift-config", {"data": {"broker.conf": "bindAddress=127.0.0.1\n"}}),
+        ("service/drift", {"spec": {"selector": {"app": "someone-else"}}}),
+        ("poddisruptionbudget/drift", {"spec": {"maxUnavailable": 3}}),
+        ("networkpolicy/drift-brokers", {"spec": {"ingress": [{}]}}),
+    ]
+    for ref, body in edits:
+        api.kubectl("patch", "-n", NS, ref, "--type=merge", "-p", json.dumps(body))
+    api.kubectl("scale", "-n", NS, "statefulset/drift-slave", "--replicas=0")
+    api.kubectl("scale", "-n", NS, "statefulset/drift-master", "--replicas=0")
+
+    def restored() -> bool:
+        kids = children(api, "drift")
+        policy = get(api, "networkpolicy/drift-brokers")
+        return (
+            kids[("ConfigMap", "drift-config")]["data"]["broker.conf"] == conf
+            and "app" not in kids[("Service", "drift")]["spec"]["selector"]
+            and kids[("PodDisruptionBudget", "drift")]["spec"]["maxUnavailable"] == 1
+            and kids[("StatefulSet", "drift-slave")]["spec"]["replicas"] == 2
+            and kids[("StatefulSet", "drift-master")]["spec"]["replicas"] == 1
+            and len(policy["spec"]["ingress"]) == 2
+        )
+
+    eventually(restored, timeout=15, what="every edit reverted")
+    messages = repaired_events(api, "drift")
+    for kind, name, field in [
+        ("ConfigMap", "drift-config", "data.broker.conf"),
+        ("Service", "drift", "spec.selector"),
+        ("PodDisruptionBudget", "drift", "spec.maxUnavailable"),
+        ("StatefulSet", "drift-slave", "spec.replicas"),
+        ("StatefulSet", "drift-master", "spec.replicas"),
+    ]:
+        assert any(
+            m.startswith(f"{kind} {name} was changed outside the operator") and field in m
+            for m in messages
+        ), (kind, name, messages)
+
+    # what the operator does not own is not drift: a label of someone else's stays, no Event
+    before = len(repaired_events(api, "drift"))
+    api.kubectl("label", "-n", NS, "service/drift", "team=payments")
+    time.sleep(3)
+    assert get(api, "service/drift")["metadata"]["labels"]["team"] == "payments"
+    assert len(repaired_events(api, "drift")) == before
 
 
 def test_what_the_schema_cannot_catch_becomes_a_condition(
@@ -333,6 +426,7 @@ def test_what_the_schema_cannot_catch_becomes_a_condition(
     cond = {c["type"]: c for c in status["conditions"]}
     assert cond["SpecValid"]["reason"] == "InvalidBrokerConfig"
     assert "did you mean haMaxGapNotInSync" in cond["SpecValid"]["message"]
+    assert cond["SpecValid"]["message"].count("spec.brokerConfig") == 1  # said once
     events = eventually(
         lambda: [
             e

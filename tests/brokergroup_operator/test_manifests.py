@@ -400,3 +400,25 @@ def test_namesrv_service_spans_every_broker_of_the_group():
     slave_labels = m.statefulset(spec(), OWNER, m.SLAVE)["spec"]["template"]["metadata"]["labels"]
     for labels in (master_labels, slave_labels):
         assert svc["spec"]["selector"].items() <= labels.items()
+
+
+def test_every_field_is_described_for_kubectl_explain():
+    crd = yaml.safe_load((ROOT / "crds" / "brokergroup.io_brokergroups.yaml").read_text())
+    (version,) = crd["spec"]["versions"]
+    root = version["schema"]["openAPIV3Schema"]
+    missing: list[str] = []
+
+    def walk(node: dict, path: str) -> None:
+        if path and not node.get("description"):
+            missing.append(path)
+        for key, child in (node.get("properties") or {}).items():
+            walk(child, f"{path}.{key}" if path else key)
+        if isinstance(node.get("items"), dict) and node["items"].get("properties"):
+            walk({**node["items"], "description": "-"}, f"{path}[]")
+        extra = node.get("additionalProperties")
+        if isinstance(extra, dict) and extra.get("properties"):
+            walk({**extra, "description": "-"}, f"{path}{{}}")
+
+    for section in ("spec", "status"):
+        walk(root["properties"][section], section)
+    assert not missing, "fields without a description: " + ", ".join(missing)

@@ -451,3 +451,146 @@ def test_roll_a_failover_group_switches_mastership_instead_of_restarting_the_mas
         failover=True,
     )
     assert after.delete == "bg-slave-0"
+
+
+# -- the pods' own view: kubelet reasons, transitions between polls, caught-up ----------------
+def test_container_facts_name_the_kubelet_reason() -> None:
+    from brokergroup_operator.status import container_facts
+
+    pulling = {
+        "containerStatuses": [
+            {
+                "name": "broker",
+                "restartCount": 0,
+                "state": {
+                    "waiting": {"reason": "ImagePullBackOff", "message": 'pull "x:1" failed'}
+                },
+            }
+        ]
+    }
+    assert container_facts(pulling, "broker") == (
+        'ImagePullBackOff: pull "x:1" failed',
+        0,
+        None,
+    )
+    oom = {
+        "containerStatuses": [
+            {
+                "name": "broker",
+                "restartCount": 3,
+                "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}},
+                "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137}},
+            }
+        ]
+    }
+    assert container_facts(oom, "broker") == (
+        "CrashLoopBackOff (last exit: OOMKilled)",
+        3,
+        "OOMKilled",
+    )
+    crashed = {
+        "containerStatuses": [
+            {
+                "name": "broker",
+                "restartCount": 1,
+                "state": {"running": {}},
+                "lastState": {"terminated": {"reason": "Error", "exitCode": 1}},
+            }
+        ]
+    }
+    assert container_facts(crashed, "broker") == (None, 1, "Error (exit 1)")
+    pending = {
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/3 nodes are available",
+            }
+        ]
+    }
+    assert container_facts(pending, "broker") == (
+        "Unschedulable: 0/3 nodes are available",
+        0,
+        None,
+    )
+    # a container that is merely starting is no problem
+    starting = {"containerStatuses": [{"name": "broker", "state": {"waiting": {"reason": "ContainerCreating"}}}]}  # fmt: skip
+    assert container_facts(starting, "broker") == (None, 0, None)
+
+
+def test_a_master_that_cannot_run_is_reported_with_the_kubelet_reason() -> None:
+    from dataclasses import replace
+
+    spec = group()
+    stuck = replace(pod(0, None, ready=False), problem="ImagePullBackOff: pull failed")
+    obs = Observation(
+        master=BrokerReport(pod=stuck, error="pod has no IP yet"),
+        slaves={1: BrokerReport(pod=None), 2: BrokerReport(pod=None)},
+    )
+    status, _ = compute_status(spec, 1, obs, {}, T0)
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "ImagePullBackOff"
+    assert "pull failed" in ready["message"]
+    assert status["master"]["problem"] == "ImagePullBackOff: pull failed"
+
+
+def test_in_sync_means_caught_up_within_the_threshold() -> None:
+    spec = group(replicationMode="ASYNC", slaves=2, inSyncMaxLagBytes=1000)
+    reports = {
+        1: BrokerReport(pod=pod(1, "10.0.0.2"), status=slave_status(1, 99_500)),
+        2: BrokerReport(pod=pod(2, "10.0.0.3"), status=slave_status(2, 50_000)),
+    }
+    # the master counts both in sync (within haMaxGapNotInSync); one is 50 KB behind
+    master = BrokerReport(
+        pod=pod(0, "10.0.0.1"),
+        status=master_status(100_000, [("10.0.0.2", 99_500, True), ("10.0.0.3", 50_000, True)]),
+    )
+    status, _ = compute_status(spec, 1, Observation(master, reports), {}, T0)
+    assert [s["inSync"] for s in status["slaves"]] == [True, False]
+    assert status["inSyncSlaves"] == "1/2"
+    # it catches up: in sync, and the Event says so
+    master = BrokerReport(
+        pod=pod(0, "10.0.0.1"),
+        status=master_status(100_000, [("10.0.0.2", 99_500, True), ("10.0.0.3", 99_900, True)]),
+    )
+    later, events = compute_status(spec, 1, Observation(master, reports), status, T1)
+    assert later["inSyncSlaves"] == "2/2"
+    assert [e.reason for e in events] == ["SlaveCaughtUp"]
+
+
+def test_a_master_outage_between_polls_moves_ready_s_transition_time() -> None:
+    spec = group(replicationMode="ASYNC", slaves=0)
+    master = BrokerReport(pod=pod(0, "10.0.0.1"), status=master_status(10, []))
+    first, _ = compute_status(spec, 1, Observation(master, {}), {}, T0)
+    steady, _ = compute_status(spec, 1, Observation(master, {}), first, T1)
+    ready = next(c for c in steady["conditions"] if c["type"] == "Ready")
+    assert ready["lastTransitionTime"] == T0
+    blip = "master bg-master-0 was not Ready for 2.0 s"
+    after, _ = compute_status(spec, 1, Observation(master, {}, master_blip=blip), steady, T1)
+    ready = next(c for c in after["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True" and ready["lastTransitionTime"] == T1
+    assert ready["reason"] == "MasterRecovered" and blip in ready["message"]
+
+
+def test_pod_transitions_are_events() -> None:
+    from dataclasses import replace
+
+    from brokergroup_operator.status import pod_transitions
+
+    up = pod(0, "10.0.0.1")
+    down = replace(up, ready=False)
+    assert [e.reason for e in pod_transitions(up, down, "master", None)] == ["BrokerNotReady"]
+    (back,) = pod_transitions(down, up, "master", 2.04)
+    assert back.reason == "BrokerReady" and "after 2.0 s" in back.message
+    (gone,) = pod_transitions(up, None, "slave", None)
+    assert gone.reason == "BrokerNotReady" and "deleted" in gone.message
+    # recreated by its StatefulSet: first sight of the new pod, Ready after the outage
+    (again,) = pod_transitions(None, up, "master", 5.0)
+    assert again.reason == "BrokerReady"
+    restarted = replace(up, restarts=1, last_exit="OOMKilled")
+    (event,) = pod_transitions(up, restarted, "slave", None)
+    assert event.reason == "BrokerRestarted" and "OOMKilled" in event.message
+    failing = replace(down, problem="CrashLoopBackOff (last exit: OOMKilled)")
+    assert [e.reason for e in pod_transitions(down, failing, "slave", 1.0)] == ["BrokerPodFailing"]
+    assert pod_transitions(up, up, "master", None) == []

@@ -145,7 +145,7 @@ def operator_rules(network_policy: bool) -> list[dict[str, Any]]:
             {
                 "apiGroups": ["networking.k8s.io"],
                 "resources": ["networkpolicies"],
-                "verbs": ["create", "patch"],
+                "verbs": ["list", "watch", "create", "patch"],
             },
         ]
     return rules

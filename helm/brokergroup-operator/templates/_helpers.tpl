@@ -73,13 +73,13 @@ children are deleted by the garbage collector, never by the operator.
 - apiGroups: [brokergroup.io]
   resources: [brokergroups/finalizers]
   verbs: [update]
-# children, by server-side apply
+# children, by server-side apply, and watched (ours only) so drift is repaired
 - apiGroups: [""]
   resources: [configmaps, services]
-  verbs: [create, patch]
+  verbs: [list, watch, create, patch]
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
-  verbs: [create, patch]
+  verbs: [list, watch, create, patch]
 - apiGroups: [apps]
   resources: [statefulsets]
   verbs: [list, watch, create, patch]
@@ -95,6 +95,6 @@ children are deleted by the garbage collector, never by the operator.
 # one NetworkPolicy per group (BROKERGROUP_NETWORK_POLICY)
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
-  verbs: [create, patch]
+  verbs: [list, watch, create, patch]
 {{- end }}
 {{- end }}
