@@ -47,6 +47,7 @@ from .rolling import StsInfo
 from .settings import Settings, configure_kopf
 from .spec import GroupSpec, SpecError, broker_config_warnings, parse_spec
 from .status import PodInfo, container_facts, pod_transitions, status_patch
+from .storage import ClaimInfo, claim_info, storage_condition, to_grow
 from .sweep import GroupState, invalid_status, now_iso, sweep
 
 #: one DEBUG line per group sweep (``brokergroup-operator --log-sweeps``)
@@ -213,8 +214,31 @@ def broker_statefulsets(
             observed_generation=int(status.get("observedGeneration", 0)),
             update_revision=status.get("updateRevision"),
             replicas=int(spec.get("replicas", 0)),
+            claim_size=next(
+                (
+                    t["spec"]["resources"]["requests"].get("storage")
+                    for t in spec.get("volumeClaimTemplates") or []
+                    if (t.get("metadata") or {}).get("name") == "store"
+                ),
+                None,
+            ),
         )
     }
+
+
+@kopf.index("v1", "persistentvolumeclaims", labels={LABEL_MANAGED_BY: MANAGED_BY})
+def broker_claims(
+    name: str,
+    namespace: str | None,
+    labels: Mapping[str, str],
+    spec: Mapping[str, Any],
+    status: Mapping[str, Any],
+    **_: Any,
+) -> dict[GroupKey, ClaimInfo]:
+    group = labels.get(LABEL_GROUP)
+    if group is None or namespace is None:
+        return {}
+    return {(namespace, group): claim_info(name, spec, status)}
 
 
 @dataclass(frozen=True)
@@ -262,16 +286,34 @@ def _owner(body: kopf.Body) -> dict[str, Any]:
     return {"name": body.metadata.name, "uid": body.metadata.uid}
 
 
-async def _apply_children(runtime: Runtime, group: GroupSpec, body: kopf.Body) -> None:
+def _desired(
+    runtime: Runtime,
+    group: GroupSpec,
+    owner: Mapping[str, Any],
+    stses: kopf.Index[GroupKey, StsInfo],
+) -> list[dict[str, Any]]:
+    """Every child as the operator wants it, StatefulSets at the claim size they have."""
+    sizes = {
+        s.name: s.claim_size
+        for s in stses.get((group.namespace, group.name), [])
+        if s.claim_size is not None
+    }
+    return children(
+        group,
+        owner,
+        runtime.settings.cluster_domain,
+        network_policies=runtime.settings.network_policy,
+        claim_sizes=sizes,
+    )
+
+
+async def _apply_children(
+    runtime: Runtime, group: GroupSpec, body: kopf.Body, stses: kopf.Index[GroupKey, StsInfo]
+) -> None:
     state = runtime.state((group.namespace, group.name))
     state.last_apply = time.monotonic()
     try:
-        for manifest in children(
-            group,
-            _owner(body),
-            runtime.settings.cluster_domain,
-            network_policies=runtime.settings.network_policy,
-        ):
+        for manifest in _desired(runtime, group, _owner(body), stses):
             await runtime.kube.apply(manifest)
     except ApiError as exc:
         code = exc.status.code or 0
@@ -296,7 +338,7 @@ async def reconcile(
     namespace: str | None,
     memo: kopf.Memo,
     logger: kopf.Logger,
-    **_: Any,
+    **kwargs: Any,
 ) -> None:
     runtime = _runtime(memo)
     assert namespace is not None  # BrokerGroup is namespaced
@@ -311,7 +353,7 @@ async def reconcile(
         kopf.warn(
             body, reason="BrokerConfigNotImplemented", message=f"spec.brokerConfig: {warning}"
         )
-    await _apply_children(runtime, group, body)
+    await _apply_children(runtime, group, body, kwargs["broker_statefulsets"])
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
@@ -346,12 +388,7 @@ async def repair_child(
         return  # the reconcile handler reports it; the children stay as last applied
     runtime = _runtime(memo)
     desired = find_child(
-        children(
-            group,
-            {"name": ref.name, "uid": ref.uid},
-            runtime.settings.cluster_domain,
-            network_policies=runtime.settings.network_policy,
-        ),
+        _desired(runtime, group, {"name": ref.name, "uid": ref.uid}, kwargs["broker_statefulsets"]),
         kind,
         name,
     )
@@ -456,7 +493,8 @@ async def poll_group(
     missing = master_name(name) not in stses or slave_name(name) not in stses
     if missing and time.monotonic() - state.last_apply > 30:
         logger.info("children missing: re-applying")
-        await _apply_children(runtime, group, body)
+        await _apply_children(runtime, group, body, broker_statefulsets)
+    await _expand_volumes(runtime, group, list(kwargs["broker_claims"].get(key, [])), logger)
 
     async def delete_pod(pod: str) -> bool:
         return await runtime.kube.delete_pod(namespace, pod)
@@ -487,6 +525,33 @@ async def poll_group(
         (time.monotonic() - started) * 1000,
         "changed" if changes else "unchanged",
     )
+
+
+async def _expand_volumes(
+    runtime: Runtime, group: GroupSpec, claims: list[ClaimInfo], logger: kopf.Logger
+) -> None:
+    """Ask every bound claim smaller than spec.storage.size for the new size; the outcome is
+    the StorageExpanded condition (refusals are kept until the spec changes)."""
+    state = runtime.state((group.namespace, group.name))
+    if group.ephemeral:
+        state.storage_condition = None
+        return
+    if state.refused_size != group.storage_size:
+        state.refused_size, state.expansion_refused = group.storage_size, {}
+    for claim in to_grow(group.storage_size, claims):
+        if claim in state.expansion_refused:
+            continue
+        try:
+            await runtime.kube.resize_claim(group.namespace, claim, group.storage_size)
+        except ApiError as exc:
+            if (exc.status.code or 0) >= 500 or exc.status.code in (409, 429):
+                logger.warning("resizing %s failed, retrying: %s", claim, exc)
+                continue
+            state.expansion_refused[claim] = str(exc.status.message or exc)
+            logger.warning("resizing %s refused: %s", claim, exc.status.message)
+            continue
+        logger.info("asked %s for %s", claim, group.storage_size)
+    state.storage_condition = storage_condition(group.storage_size, claims, state.expansion_refused)
 
 
 # -- the failover daemon -----------------------------------------------------------------

@@ -16,7 +16,7 @@ from lightkube import ApiError, AsyncClient, KubeConfig
 from lightkube.core.resource import NamespacedResource
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import StatefulSet
-from lightkube.resources.core_v1 import ConfigMap, Pod, Service
+from lightkube.resources.core_v1 import ConfigMap, PersistentVolumeClaim, Pod, Service
 from lightkube.resources.networking_v1 import NetworkPolicy
 from lightkube.resources.policy_v1 import PodDisruptionBudget
 from lightkube.types import PatchType
@@ -112,6 +112,18 @@ class Kube:
             BrokerGroup,
             name,
             {"metadata": {"annotations": dict(annotations)}},
+            namespace=namespace,
+            patch_type=PatchType.MERGE,
+        )
+
+    async def resize_claim(self, namespace: str, name: str, size: str) -> None:
+        """Ask a PersistentVolumeClaim for more storage (merge patch of its request; the
+        apiserver refuses when the StorageClass does not allow expansion)."""
+        self.requests += 1
+        await self._client.patch(
+            PersistentVolumeClaim,
+            name,
+            {"spec": {"resources": {"requests": {"storage": size}}}},
             namespace=namespace,
             patch_type=PatchType.MERGE,
         )

@@ -369,6 +369,7 @@ def statefulset(
     owner: Mapping[str, Any],
     component: str,
     cluster_domain: str = "cluster.local",
+    claim_size: str | None = None,
 ) -> Manifest:
     """Master (1 replica, brokerId 0) or slaves (N replicas, brokerId ordinal+1).
 
@@ -412,7 +413,9 @@ def statefulset(
     if not spec.ephemeral:
         claim_spec: dict[str, Any] = {
             "accessModes": ["ReadWriteOnce"],
-            "resources": {"requests": {"storage": spec.storage_size}},
+            # an existing StatefulSet keeps the size it was created with (the field is
+            # immutable); growing the volumes is done on the claims
+            "resources": {"requests": {"storage": claim_size or spec.storage_size}},
         }
         if spec.storage_class:
             claim_spec["storageClassName"] = spec.storage_class
@@ -483,12 +486,15 @@ def children(
     owner: Mapping[str, Any],
     cluster_domain: str = "cluster.local",
     network_policies: bool = False,
+    claim_sizes: Mapping[str, str] | None = None,
 ) -> list[Manifest]:
     """Every child, in apply order (config and Services before the pods that need them).
 
     ``network_policies`` adds a NetworkPolicy per group (operator setting
     ``BROKERGROUP_NETWORK_POLICY``; the helm chart turns it on and grants the RBAC).
+    ``claim_sizes``: StatefulSet name -> the claim size it already has.
     """
+    sizes = claim_sizes or {}
     items = [
         config_map(spec, owner),
         headless_service(spec, owner, MASTER),
@@ -499,8 +505,8 @@ def children(
     if network_policies:
         items.append(network_policy(spec, owner))
     items += [
-        statefulset(spec, owner, MASTER, cluster_domain),
-        statefulset(spec, owner, SLAVE, cluster_domain),
+        statefulset(spec, owner, MASTER, cluster_domain, sizes.get(master_name(spec.name))),
+        statefulset(spec, owner, SLAVE, cluster_domain, sizes.get(slave_name(spec.name))),
         pod_disruption_budget(spec, owner),
     ]
     return items

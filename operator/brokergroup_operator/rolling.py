@@ -31,6 +31,9 @@ class StsInfo:
     observed_generation: int = 0
     update_revision: str | None = None
     replicas: int = 0
+    #: the size in its volumeClaimTemplates (immutable: a grown spec.storage.size is applied
+    #: to the claims themselves, see ``storage``)
+    claim_size: str | None = None
 
 
 @dataclass(frozen=True)

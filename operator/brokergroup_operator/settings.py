@@ -109,7 +109,7 @@ def configure_kopf(kopf_settings: Any, settings: Settings) -> None:
     managed = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
     kopf_settings.watching.label_selectors["v1", "pods"] = managed
     kopf_settings.watching.label_selectors["apps", "v1", "statefulsets"] = managed
-    for resource in ("configmaps", "services"):
+    for resource in ("configmaps", "services", "persistentvolumeclaims"):
         kopf_settings.watching.label_selectors["v1", resource] = managed
     kopf_settings.watching.label_selectors["policy", "v1", "poddisruptionbudgets"] = managed
     kopf_settings.watching.label_selectors["networking.k8s.io", "v1", "networkpolicies"] = managed

@@ -54,6 +54,11 @@ class GroupState:
     not_ready_since: dict[str, float] = field(default_factory=dict)
     #: a master outage the pod watch saw begin and end since the last sweep
     master_blip: str | None = None
+    #: volume expansion: the StorageExpanded condition, and claims the apiserver refused to
+    #: grow to ``refused_size`` (not asked again until the size changes)
+    storage_condition: dict[str, Any] | None = None
+    refused_size: str | None = None
+    expansion_refused: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -253,6 +258,8 @@ async def sweep(
     extra = [_reconciled_condition(state)]
     if group.failover_enabled and state.failover_condition:
         extra.append(state.failover_condition)
+    if state.storage_condition:
+        extra.append(state.storage_condition)
     blip, state.master_blip = state.master_blip, None
     observed = state.applied_generation if state.applied_generation is not None else generation
     draft, _ = compute_status(

@@ -189,8 +189,11 @@ def test_bad_names_are_rejected(api: kubeapi.ApiServer) -> None:
 def test_immutable_storage(api: kubeapi.ApiServer) -> None:
     apply(api, group("immutable", storage={"size": "1Gi"}))
     try:
-        result = apply(api, group("immutable", storage={"size": "2Gi"}), check=False)
-        assert result.returncode != 0 and "spec.storage.size" in result.stderr, result.stderr
+        apply(api, group("immutable", storage={"size": "2048Mi"}))  # may grow
+        result = apply(api, group("immutable", storage={"size": "1Gi"}), check=False)
+        assert result.returncode != 0 and "spec.storage.size can only grow" in result.stderr, (
+            result.stderr
+        )
         result = apply(
             api, group("immutable", storage={"size": "1Gi", "ephemeral": True}), check=False
         )
@@ -411,6 +414,107 @@ def test_drift_is_repaired(api: kubeapi.ApiServer, operator: Any) -> None:
     time.sleep(3)
     assert get(api, "service/drift")["metadata"]["labels"]["team"] == "payments"
     assert len(repaired_events(api, "drift")) == before
+
+
+def bound_claim(api: kubeapi.ApiServer, group_name: str, pod: str, storage_class: str) -> str:
+    """What the StatefulSet controller and a provisioner would make (neither runs here): a
+    claim with the group's labels, bound to a volume of the class."""
+    claim = f"store-{pod}"
+    component = "master" if "-master-" in pod else "slave"
+    api.kubectl("apply", "-f", "-", stdin=json.dumps({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": f"pv-{NS}-{claim}"},
+        "spec": {
+            "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+            "storageClassName": storage_class, "hostPath": {"path": f"/nonexistent/{claim}"},
+            "claimRef": {"namespace": NS, "name": claim},
+        },
+    }))  # fmt: skip
+    apply(api, {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": claim, "namespace": NS, "labels": {
+            "app.kubernetes.io/managed-by": "brokergroup-operator",
+            "brokergroup.io/group": group_name, "app.kubernetes.io/component": component,
+        }},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"], "storageClassName": storage_class,
+            "volumeName": f"pv-{NS}-{claim}", "resources": {"requests": {"storage": "1Gi"}},
+        },
+    })  # fmt: skip
+    set_claim_status(api, claim, "1Gi")
+    return claim
+
+
+def set_claim_status(api: kubeapi.ApiServer, claim: str, capacity: str) -> None:
+    status = {"status": {"phase": "Bound", "capacity": {"storage": capacity}}}
+    api.kubectl(
+        "patch", "-n", NS, f"pvc/{claim}", "--subresource=status", "--type=merge",
+        "-p", json.dumps(status),
+    )  # fmt: skip
+
+
+def condition(api: kubeapi.ApiServer, name: str, ctype: str) -> dict[str, Any]:
+    status = get(api, f"bg/{name}").get("status") or {}
+    return next((c for c in status.get("conditions") or [] if c["type"] == ctype), {})
+
+
+def test_volume_expansion(api: kubeapi.ApiServer, operator: Any) -> None:
+    """A grown spec.storage.size is asked of every bound claim (the StatefulSets keep their
+    immutable template), the condition follows the claims, and a StorageClass without
+    expansion is reported with the apiserver's refusal."""
+    for name, grows in (("grows", True), ("fixed", False)):
+        api.kubectl("apply", "-f", "-", stdin=json.dumps({
+            "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": name}, "provisioner": "example.com/none",
+            "allowVolumeExpansion": grows,
+        }))  # fmt: skip
+    apply(api, group("expand", slaves=1, storage={"size": "1Gi", "storageClassName": "grows"}))
+    eventually(lambda: len(children(api, "expand")) == CHILDREN, what="children")
+    claims = [bound_claim(api, "expand", p, "grows") for p in ("expand-master-0", "expand-slave-0")]
+    eventually(
+        lambda: condition(api, "expand", "StorageExpanded").get("reason") == "AtRequestedSize",
+        what="StorageExpanded at 1Gi",
+    )
+    apply(api, group("expand", slaves=1, storage={"size": "2Gi", "storageClassName": "grows"}))
+    for claim in claims:
+        eventually(
+            lambda claim=claim: (
+                get(api, f"pvc/{claim}")["spec"]["resources"]["requests"]["storage"] == "2Gi"
+            ),
+            what=f"{claim} asked for 2Gi",
+        )
+    cond = eventually(
+        lambda: (
+            (c := condition(api, "expand", "StorageExpanded")).get("reason") == "Expanding" and c
+        ),
+        what="Expanding",
+    )
+    assert "store-expand-master-0 1Gi" in cond["message"]
+    kids = children(api, "expand")
+    for sts in ("expand-master", "expand-slave"):
+        template = kids[("StatefulSet", sts)]["spec"]["volumeClaimTemplates"][0]
+        assert template["spec"]["resources"]["requests"]["storage"] == "1Gi"
+    assert condition(api, "expand", "Reconciled")["status"] == "True"
+    for claim in claims:  # the resizer's work (no CSI driver here)
+        set_claim_status(api, claim, "2Gi")
+    eventually(
+        lambda: condition(api, "expand", "StorageExpanded").get("reason") == "AtRequestedSize",
+        what="StorageExpanded at 2Gi",
+    )
+
+    apply(api, group("stuck", slaves=0, storage={"size": "1Gi", "storageClassName": "fixed"}))
+    eventually(lambda: len(children(api, "stuck")) == CHILDREN, what="children")
+    claim = bound_claim(api, "stuck", "stuck-master-0", "fixed")
+    apply(api, group("stuck", slaves=0, storage={"size": "3Gi", "storageClassName": "fixed"}))
+    cond = eventually(
+        lambda: (
+            (c := condition(api, "stuck", "StorageExpanded")).get("reason") == "ExpansionRefused"
+            and c
+        ),
+        what="ExpansionRefused",
+    )
+    assert claim in cond["message"] and "expan" in cond["message"], cond
+    assert get(api, f"pvc/{claim}")["spec"]["resources"]["requests"]["storage"] == "1Gi"
 
 
 def test_what_the_schema_cannot_catch_becomes_a_condition(

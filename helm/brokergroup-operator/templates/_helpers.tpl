@@ -88,6 +88,10 @@ children are deleted by the garbage collector, never by the operator.
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, watch, delete, patch]
+# volume claims: watched, patched to a grown spec.storage.size
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
+  verbs: [list, watch, patch]
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
