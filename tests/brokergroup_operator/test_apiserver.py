@@ -373,7 +373,7 @@ def test_drift_is_repaired(api: kubeapi.ApiServer, operator: Any) -> None:
     conf = get(api, "configmap/drift-config")["data"]["broker.conf"]
     edits = [
         ("configmap/drift-config", {"data": {"broker.conf": "bindAddress=127.0.0.1\n"}}),
-        ("service/drift", {"spec": {"selector": {"app": "someone-else"}}}),
+        ("service/drift", {"spec": {"selector": {"app.kubernetes.io/component": "slave"}}}),
         ("poddisruptionbudget/drift", {"spec": {"maxUnavailable": 3}}),
         ("networkpolicy/drift-brokers", {"spec": {"ingress": [{}]}}),
     ]
@@ -382,19 +382,20 @@ def test_drift_is_repaired(api: kubeapi.ApiServer, operator: Any) -> None:
     api.kubectl("scale", "-n", NS, "statefulset/drift-slave", "--replicas=0")
     api.kubectl("scale", "-n", NS, "statefulset/drift-master", "--replicas=0")
 
-    def restored() -> bool:
+    def restored() -> dict[str, bool]:
         kids = children(api, "drift")
         policy = get(api, "networkpolicy/drift-brokers")
-        return (
-            kids[("ConfigMap", "drift-config")]["data"]["broker.conf"] == conf
-            and "app" not in kids[("Service", "drift")]["spec"]["selector"]
-            and kids[("PodDisruptionBudget", "drift")]["spec"]["maxUnavailable"] == 1
-            and kids[("StatefulSet", "drift-slave")]["spec"]["replicas"] == 2
-            and kids[("StatefulSet", "drift-master")]["spec"]["replicas"] == 1
-            and len(policy["spec"]["ingress"]) == 2
-        )
+        return {
+            "config": kids[("ConfigMap", "drift-config")]["data"]["broker.conf"] == conf,
+            "selector": kids[("Service", "drift")]["spec"]["selector"]
+            == {"brokergroup.io/group": "drift", "app.kubernetes.io/component": "master"},
+            "pdb": kids[("PodDisruptionBudget", "drift")]["spec"]["maxUnavailable"] == 1,
+            "slaves": kids[("StatefulSet", "drift-slave")]["spec"]["replicas"] == 2,
+            "master": kids[("StatefulSet", "drift-master")]["spec"]["replicas"] == 1,
+            "policy": len(policy["spec"]["ingress"]) == 2,
+        }
 
-    eventually(restored, timeout=15, what="every edit reverted")
+    eventually(lambda: all((r := restored()).values()) or r, timeout=15, what="edits reverted")
     messages = repaired_events(api, "drift")
     for kind, name, field in [
         ("ConfigMap", "drift-config", "data.broker.conf"),
@@ -513,7 +514,7 @@ def test_volume_expansion(api: kubeapi.ApiServer, operator: Any) -> None:
         ),
         what="ExpansionRefused",
     )
-    assert claim in cond["message"] and "expan" in cond["message"], cond
+    assert claim in cond["message"] and "must support resize" in cond["message"], cond
     assert get(api, f"pvc/{claim}")["spec"]["resources"]["requests"]["storage"] == "1Gi"
 
 
@@ -618,6 +619,14 @@ def test_failover_group_records_its_assignment_and_waits_without_an_eligible_sla
 
 def test_operator_has_no_errors_in_its_log(api: kubeapi.ApiServer, operator: Any) -> None:
     log = (api.workdir / "logs" / "operator.log").read_text().splitlines()
-    bad = [line for line in log if " 403 " in line or "Forbidden" in line or "Traceback" in line]
+    # (the one refusal test_volume_expansion provokes on purpose is the admission plugin's)
+    expected = "persistentvolumeclaims/store-stuck-master-0"
+    bad = [
+        line
+        for line in log
+        if (" 403 " in line or "Forbidden" in line or "Traceback" in line)
+        and expected not in line
+        and " httpcore2." not in line  # raw response lines: httpx2 logs each with its URL
+    ]
     bad += [line for line in log if " ERROR " in line]
     assert not bad, "\n".join(bad[:20])

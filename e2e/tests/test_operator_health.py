@@ -1,0 +1,154 @@
+"""The operator as an SRE tries it on the cluster (issue 14): drift repaired, and status and
+Events that never hide an outage, with the kubelet's own words for what is wrong.
+
+* the broker ConfigMap overwritten (bindAddress=127.0.0.1) and the client Service deleted:
+  both restored within seconds, each with a ChildRepaired Event;
+* the master's broker process ends (SIGTERM from inside its container, so the kubelet restarts
+  it): BrokerNotReady, BrokerRestarted and BrokerReady Events, and the Ready condition's
+  transition time moves even if the outage fits between two polls;
+* a group whose image cannot be had: the Ready condition's reason is the kubelet's
+  ErrImageNeverPull, not "unreachable", and a BrokerPodFailing Event says so.
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from e2e.tests.kube import Kube
+from e2e.userpath import Cluster, eventually, find_tool, in_sync
+
+pytestmark = pytest.mark.timeout(600)
+EXAMPLE = "sync-1-slave.yaml"
+
+
+@dataclass
+class Group:
+    c: Cluster
+    ns: str
+    name: str
+
+    def status(self) -> dict[str, Any]:
+        return self.c.status(self.ns, self.name)
+
+    def events(self, reason: str, since: float = 0.0) -> list[str]:
+        items = self.c.json("-n", self.ns, "get", "events")["items"]
+        return [
+            e["message"]
+            for e in items
+            if e["involvedObject"].get("name") == self.name
+            and e["reason"] == reason
+            and _epoch(e.get("lastTimestamp") or e.get("eventTime") or "") >= since - 1
+        ]
+
+    def condition(self, ctype: str) -> dict[str, Any]:
+        return next(c for c in self.status().get("conditions") or [] if c["type"] == ctype)
+
+
+def _epoch(stamp: str) -> float:
+    if not stamp:
+        return 0.0
+    return float(calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")))
+
+
+@pytest.fixture(scope="module")
+def group(kube: Kube, broker_image: str, operator_image: str) -> Iterator[Group]:
+    helm = find_tool("helm", "HELM")
+    if helm is None:
+        pytest.fail("no helm binary: `make cluster-build` builds one into e2e/.cluster/bin")
+    c = Cluster(kube.env["KUBECONFIG"], kube.kubectl, helm)
+    with c.example_group(EXAMPLE, "bghealth", broker_image, operator_image, 1) as (ns, name):
+        yield Group(c, ns, name)
+
+
+def test_drift_is_repaired_on_the_cluster(group: Group) -> None:
+    g = group
+    started = time.time()
+    conf = g.c.json("-n", g.ns, "get", "configmap", f"{g.name}-config")["data"]["broker.conf"]
+    g.c.kubectl(
+        "-n", g.ns, "patch", "configmap", f"{g.name}-config", "--type=merge",
+        "-p", json.dumps({"data": {"broker.conf": "bindAddress=127.0.0.1\n"}}),
+    )  # fmt: skip
+    g.c.kubectl("-n", g.ns, "delete", "service", g.name, "--wait=true")
+    eventually(
+        lambda: (
+            g.c.json("-n", g.ns, "get", "configmap", f"{g.name}-config")["data"]["broker.conf"]
+            == conf
+        ),
+        10,
+        "broker.conf restored",
+    )
+    eventually(
+        lambda: g.c.json("-n", g.ns, "get", "service", g.name)["spec"]["ports"], 10, "Service back"
+    )
+    messages = eventually(
+        lambda: len(m := g.events("ChildRepaired", started)) >= 2 and m, 10, "ChildRepaired"
+    )
+    print(f"repaired in {time.time() - started:.1f} s: {messages}")
+    assert any(m.startswith(f"ConfigMap {g.name}-config was changed") for m in messages)
+    assert any(m.startswith(f"Service {g.name} was deleted") for m in messages)
+
+
+def test_a_master_restart_is_seen_even_between_polls(group: Group) -> None:
+    g = group
+    eventually(lambda: in_sync(g.status(), 1), 120, "in sync")
+    before = g.condition("Ready")
+    master = f"{g.name}-master-0"
+    killed = time.time()
+    time.sleep(1.1)  # condition times have one-second resolution
+    # PID 1 is habroker: SIGTERM is its clean shutdown, then the kubelet restarts it
+    g.c.kubectl(
+        "-n", g.ns, "exec", master, "--", "python3", "-c",
+        "import os, signal; os.kill(1, signal.SIGTERM)",
+    )  # fmt: skip
+    restarted = eventually(
+        lambda: g.events("BrokerRestarted", killed), 90, "a BrokerRestarted Event"
+    )
+    assert any(master in m for m in restarted), restarted
+    not_ready = eventually(lambda: g.events("BrokerNotReady", killed), 30, "BrokerNotReady")
+    assert any(f"master {master}" in m for m in not_ready), not_ready
+    ready = eventually(lambda: g.events("BrokerReady", killed), 120, "BrokerReady")
+    print("events:", not_ready, restarted, ready)
+    assert any("Ready again after" in m for m in ready), ready
+    eventually(lambda: in_sync(g.status(), 1), 120, "in sync again")
+    after = g.condition("Ready")
+    assert after["status"] == "True"
+    assert _epoch(after["lastTransitionTime"]) > _epoch(before["lastTransitionTime"])
+    assert _epoch(after["lastTransitionTime"]) >= killed
+
+
+def test_an_image_that_cannot_be_had_is_named(group: Group) -> None:
+    g = group
+    name = "noimage"
+    g.c.apply(
+        g.ns,
+        {
+            "apiVersion": "brokergroup.io/v1alpha1",
+            "kind": "BrokerGroup",
+            "metadata": {"name": name},
+            "spec": {
+                "image": "brokergroup/habroker:does-not-exist",
+                "imagePullPolicy": "Never",
+                "slaves": 0,
+                "storage": {"ephemeral": True},
+            },
+        },
+    )
+    try:
+        bad = Group(g.c, g.ns, name)
+        cond = eventually(
+            lambda: (c := bad.condition("Ready"))["reason"] == "ErrImageNeverPull" and c,
+            120,
+            "Ready reason ErrImageNeverPull",
+        )
+        print("Ready:", cond)
+        assert bad.status()["master"]["problem"].startswith("ErrImageNeverPull")
+        assert eventually(lambda: bad.events("BrokerPodFailing"), 30, "BrokerPodFailing")
+    finally:
+        g.c.kubectl("-n", g.ns, "delete", "bg", name, "--wait=false", check=False)
