@@ -183,7 +183,9 @@ def test_bad_specs_are_rejected_naming_the_field(
 def test_bad_names_are_rejected(api: kubeapi.ApiServer) -> None:
     for name in ("x" * 46, "1group"):
         result = apply(api, group(name), "--dry-run=server", check=False)
-        assert result.returncode != 0 and "metadata.name" in result.stderr, result.stderr
+        assert result.returncode != 0, result.stderr
+        assert "metadata.name: Invalid value: must be a DNS-1035 label" in result.stderr
+        assert "<nil>" not in result.stderr
 
 
 def test_immutable_storage(api: kubeapi.ApiServer) -> None:
