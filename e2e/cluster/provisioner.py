@@ -3,7 +3,8 @@
 Kind ships a local-path provisioner; this gives our binary-built cluster the
 same behaviour: a PVC of the default class gets a `local` PersistentVolume
 backed by a fresh directory under the cluster's state dir, and the directory
-goes away when the claim is deleted. The volume belongs to the node the
+goes away when the claim is deleted; a grown claim is resized (the class allows expansion:
+the provisioner is its resizer too). The volume belongs to the node the
 scheduler chose for the claim's first pod (WaitForFirstConsumer): its node
 affinity pins the claim, and so the pod, to that node, as kind's local-path
 does. It runs in the control plane's network namespace (no image needed) and
@@ -45,7 +46,8 @@ class Api:
         req = urllib.request.Request(self.server + path, data=data, method=method)
         req.add_header("Accept", "application/json")
         if data is not None:
-            req.add_header("Content-Type", "application/json")
+            kind = "merge-patch+json" if method == "PATCH" else "json"
+            req.add_header("Content-Type", f"application/{kind}")
         with urllib.request.urlopen(req, context=self.ctx, timeout=10) as resp:
             result: Obj = json.load(resp)
             return result
@@ -133,12 +135,53 @@ def reclaim(api: Api, pv: Obj, volumes: Path) -> None:
             raise
 
 
+def _bytes(quantity: str) -> float:
+    """A storage quantity in bytes (enough of the format for sizes: 64Mi, 1Gi, 500M, 1024)."""
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 1e3, "M": 1e6, "G": 1e9}
+    for suffix, factor in units.items():
+        if quantity.endswith(suffix):
+            return float(quantity[: -len(suffix)]) * factor
+    return float(quantity)
+
+
+def resize(api: Api, pvc: Obj, pvs: dict[str, Obj]) -> None:
+    """The external resizer's job for our volumes: a bound claim that asks for more than its
+    volume holds gets it (the volume's capacity, then the claim's). A directory has no size,
+    so there is no filesystem to grow."""
+    meta, spec = pvc["metadata"], pvc["spec"]
+    pv = pvs.get(spec.get("volumeName") or "")
+    if pv is None or pvc.get("status", {}).get("phase") != "Bound":
+        return
+    if pv["metadata"].get("annotations", {}).get(PROVISIONED_BY) != PROVISIONER:
+        return
+    want = spec["resources"]["requests"]["storage"]
+    have = pvc["status"].get("capacity", {}).get("storage", "0")
+    if _bytes(want) <= _bytes(have):
+        return
+    api.call(
+        "PATCH",
+        f"/api/v1/persistentvolumes/{pv['metadata']['name']}",
+        {"spec": {"capacity": {"storage": want}}},
+    )
+    api.call(
+        "PATCH",
+        f"/api/v1/namespaces/{meta['namespace']}/persistentvolumeclaims/{meta['name']}/status",
+        {"status": {"capacity": {"storage": want}}},
+    )
+    log.info("resized %s/%s from %s to %s", meta["namespace"], meta["name"], have, want)
+
+
 def sync_once(api: Api, volumes: Path) -> None:
     classes = our_classes(api)
+    pvs = {
+        pv["metadata"]["name"]: pv for pv in api.call("GET", "/api/v1/persistentvolumes")["items"]
+    }
     for pvc in api.call("GET", "/api/v1/persistentvolumeclaims")["items"]:
         sc = wants_volume(pvc, classes)
         if sc is not None:
             provision(api, pvc, sc, volumes)
+        else:
+            resize(api, pvc, pvs)
     for pv in api.call("GET", "/api/v1/persistentvolumes")["items"]:
         ours = pv["metadata"].get("annotations", {}).get(PROVISIONED_BY) == PROVISIONER
         released = pv.get("status", {}).get("phase") in ("Released", "Failed")

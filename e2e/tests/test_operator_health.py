@@ -152,3 +152,30 @@ def test_an_image_that_cannot_be_had_is_named(group: Group) -> None:
         assert eventually(lambda: bad.events("BrokerPodFailing"), 30, "BrokerPodFailing")
     finally:
         g.c.kubectl("-n", g.ns, "delete", "bg", name, "--wait=false", check=False)
+
+
+def test_volume_expansion_on_the_cluster(group: Group) -> None:
+    """spec.storage.size grown: every claim of the group gets the new size with no pod
+    restarted (the local cluster's class allows expansion; a class that does not is reported
+    as ExpansionRefused)."""
+    g = group
+    claims = [f"store-{g.name}-master-0", f"store-{g.name}-slave-0"]
+    pods = {p: g.c.pod(g.ns, p) for p in (f"{g.name}-master-0", f"{g.name}-slave-0")}
+    uids = {p: (obj or {})["metadata"]["uid"] for p, obj in pods.items()}
+    klass = g.c.json("-n", g.ns, "get", "pvc", claims[0])["spec"]["storageClassName"]
+    grows = bool(g.c.json("get", "storageclass", klass).get("allowVolumeExpansion"))
+    g.c.kubectl(
+        "-n", g.ns, "patch", "bg", g.name, "--type=merge",
+        "-p", json.dumps({"spec": {"storage": {"size": "128Mi"}}}),
+    )  # fmt: skip
+    want = "AtRequestedSize" if grows else "ExpansionRefused"
+    cond = eventually(
+        lambda: (c := g.condition("StorageExpanded"))["reason"] == want and c, 60, want
+    )
+    print(f"class {klass} (allowVolumeExpansion={grows}):", cond)
+    if grows:
+        for claim in claims:
+            pvc = g.c.json("-n", g.ns, "get", "pvc", claim)
+            assert pvc["status"]["capacity"]["storage"] == "128Mi", pvc["status"]
+    for pod, uid in uids.items():
+        assert (g.c.pod(g.ns, pod) or {})["metadata"]["uid"] == uid, f"{pod} was replaced"
