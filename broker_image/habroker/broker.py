@@ -27,7 +27,7 @@ from habroker.metadata import (
     TopicConfig,
     TopicConfigManager,
 )
-from habroker.metrics import BrokerStats
+from habroker.metrics import BrokerCollector, BrokerStats
 from habroker.read_policy import (
     suggest_pulling_from_slave,
     suggest_which_broker,
@@ -80,6 +80,7 @@ class BrokerController:
         self.delays = DelayOffsetManager(meta_dir)
         self.schedule = ScheduleMessageService(config, self.store, self.delays)
         self.stats = BrokerStats()
+        self.stats.registry.register(BrokerCollector(self))
         self.ha_service: HAService | None = None
         self.ha_client: HAClient | None = None
         self.slave_sync: SlaveSynchronize | None = None
@@ -309,6 +310,7 @@ class BrokerController:
         delivery (SCHEDULE_TOPIC_XXXX, see :mod:`habroker.schedule`), as RocketMQ's put does;
         the queueId returned is still the real one.
         """
+        started = time.perf_counter()
         self._refuse_if_fenced("writes")
         if self.is_slave:
             raise BrokerError(
@@ -360,7 +362,12 @@ class BrokerController:
             if not flushed:
                 status = PutStatus.FLUSH_DISK_TIMEOUT
         if wait and self.role is BrokerRole.SYNC_MASTER and self.ha_service is not None:
+            waited = time.perf_counter()
             replica = await self.ha_service.handle_put(result)
+            if replica is not PutStatus.SLAVE_NOT_AVAILABLE:  # refused at once: no wait
+                self.stats.sync_wait.labels(*self._metric_labels()).observe(
+                    time.perf_counter() - waited
+                )
             if replica is not PutStatus.PUT_OK:
                 status = replica
         result.status = status
@@ -368,7 +375,14 @@ class BrokerController:
         self.stats.put_messages += result.count
         self.stats.put_bytes += result.wrote_bytes
         self.stats.put_status[status.value] += 1
+        self.stats.produce_latency.labels(*self._metric_labels()).observe(
+            time.perf_counter() - started
+        )
         return result, queue_id
+
+    def _metric_labels(self) -> tuple[str, str]:
+        """(broker, brokerId) for the latency histograms; brokerId changes on promotion."""
+        return self.config.brokerName, str(self.config.brokerId)
 
     # -- pull ------------------------------------------------------------------------------
     def pull(
@@ -381,6 +395,7 @@ class BrokerController:
         max_bytes: int,
         tags_codes: Collection[int] | None = None,
     ) -> PullOutcome:
+        started = time.perf_counter()
         cfg = self.topic_for_read(topic)
         if not cfg.readable:
             raise BrokerError(
@@ -423,6 +438,9 @@ class BrokerController:
         )
         self.stats.pull_requests += 1
         self.stats.pull_messages += result.message_count
+        self.stats.pull_latency.labels(*self._metric_labels()).observe(
+            time.perf_counter() - started
+        )
         return PullOutcome(result, suggestion)
 
     def queue_offsets(self, topic: str) -> dict[str, Any]:

@@ -1,17 +1,53 @@
-"""Counters and the Prometheus text exposition, without a client library.
+"""The broker's ``/metrics`` through prometheus_client, one registry per broker.
 
-The broker has a handful of counters and gauges; rendering them is a few lines, and keeping
-the dependency list short keeps the broker image small.
+Counters the hot paths bump stay plain ints (one event-loop thread; the RocketMQ admin
+commands read them too) and, with every gauge, are read from the broker's live state by one
+collector at scrape time, so a scrape costs nothing between scrapes. Latencies are
+histograms observed where the work happens. Several brokers run in one process in tests,
+hence a registry per broker rather than the library's global one.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
+
+from habroker.config import BrokerRole
+from habroker.store.commit_log import disk_used_ratio
+
+if TYPE_CHECKING:
+    from habroker.broker import BrokerController
+
+LABELS = ("broker", "brokerId")
+# produce waits for SYNC_FLUSH / SYNC_MASTER acks up to syncFlushTimeout (5 s by default)
+LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+MASTER_ROLES = (BrokerRole.ASYNC_MASTER, BrokerRole.SYNC_MASTER)
 
 
 class BrokerStats:
-    """Monotonic counters updated on the hot paths (plain ints: one event loop thread)."""
+    """Monotonic counters updated on the hot paths, the latency histograms, and the registry."""
 
     def __init__(self) -> None:
         self.put_messages = 0
@@ -22,47 +58,262 @@ class BrokerStats:
         self.pull_requests = 0
         self.put_status: Counter[str] = Counter()
         self.request_errors: Counter[str] = Counter()
+        self.registry = CollectorRegistry()
+        self.produce_latency = self._histogram(
+            "habroker_produce_latency_seconds",
+            "Produce requests, store append to answer (flush and SYNC waits included).",
+        )
+        self.pull_latency = self._histogram(
+            "habroker_pull_latency_seconds",
+            "Pull requests served from the store (long-polling hold time excluded).",
+        )
+        self.sync_wait = self._histogram(
+            "habroker_sync_wait_seconds",
+            "SYNC_MASTER producers waiting for a slave's acknowledgement.",
+        )
+
+    def _histogram(self, name: str, help_text: str) -> Histogram:
+        return Histogram(name, help_text, LABELS, registry=self.registry, buckets=LATENCY_BUCKETS)
 
 
-def _labels(labels: Mapping[str, str]) -> str:
-    if not labels:
-        return ""
-    body = ",".join(
-        '{}="{}"'.format(k, str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n"))
-        for k, v in labels.items()
-    )
-    return "{" + body + "}"
+def exposition(broker: BrokerController, accept: str) -> tuple[bytes, str]:
+    """The scrape body and its Content-Type, in the format the scraper's Accept asks for."""
+    encoder, content_type = choose_encoder(accept)
+    return encoder(broker.stats.registry), content_type
 
 
-class Exposition:
-    """Accumulates metric families and renders Prometheus text format 0.0.4."""
+class BrokerCollector(Collector):
+    """Counters and gauges read from a broker at scrape time."""
 
-    CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
 
-    def __init__(self) -> None:
-        self._lines: list[str] = []
+    def collect(self) -> Iterable[Metric]:
+        return list(self._families())
 
-    def family(
-        self,
-        name: str,
-        kind: str,
-        help_text: str,
-        samples: Iterable[tuple[Mapping[str, str], float | int]],
-    ) -> None:
-        self._lines.append(f"# HELP {name} {help_text}")
-        self._lines.append(f"# TYPE {name} {kind}")
-        for labels, value in samples:
-            self._lines.append(
-                f"{name}{_labels(labels)} {float(value):g}"
-                if isinstance(value, float)
-                else f"{name}{_labels(labels)} {value}"
+    def _families(self) -> Iterator[Metric]:
+        broker = self.broker
+        labels = [broker.config.brokerName, str(broker.config.brokerId)]
+        fams = _Families(labels)
+        yield from self._store(fams)
+        yield from self._counters(fams)
+        yield from self._replicas(fams)
+        status = broker.status()
+        if "master" in status:
+            yield from self._master(fams, status["master"])
+        if "slave" in status:
+            yield from self._slave(fams, status["slave"])
+        if broker.role in MASTER_ROLES:
+            yield self._consumer_lag(fams)
+
+    def _store(self, f: _Families) -> Iterator[Metric]:
+        store = self.broker.store
+        cfg = self.broker.config
+        yield f.gauge(
+            "habroker_commitlog_max_offset",
+            "Commit-log max physical offset (bytes).",
+            store.max_phy_offset,
+        )
+        yield f.gauge(
+            "habroker_commitlog_min_offset",
+            "Commit-log min physical offset (bytes).",
+            store.min_phy_offset,
+        )
+        yield f.gauge(
+            "habroker_commitlog_flushed_offset",
+            "Commit-log offset known to be on disk.",
+            store.flushed_offset,
+        )
+        yield f.gauge(
+            "habroker_dispatched_offset",
+            "Commit-log offset indexed into consume queues.",
+            store.dispatched_offset,
+        )
+        yield f.gauge(
+            "habroker_store_disk_used_ratio",
+            "Used fraction (0-1) of the file system holding the commit log.",
+            disk_used_ratio(store.commit_log.queue.directory) / 100.0,
+        )
+        yield f.gauge(
+            "habroker_store_disk_max_used_ratio",
+            "diskMaxUsedSpaceRatio as a fraction: above it the oldest commit-log files go.",
+            cfg.diskMaxUsedSpaceRatio / 100.0,
+        )
+
+    def _counters(self, f: _Families) -> Iterator[Metric]:
+        s = self.broker.stats
+        yield f.counter("habroker_put_requests", "Produce requests stored.", s.put_requests)
+        yield f.counter("habroker_put_messages", "Messages stored.", s.put_messages)
+        yield f.counter("habroker_put_bytes", "Commit-log bytes written by produce.", s.put_bytes)
+        yield f.labelled(
+            CounterMetricFamily,
+            "habroker_put_status",
+            "Produce results by status.",
+            "status",
+            sorted(s.put_status.items()),
+        )
+        yield f.counter("habroker_pull_requests", "Pull requests served.", s.pull_requests)
+        yield f.counter("habroker_pull_messages", "Messages returned by pulls.", s.pull_messages)
+        yield f.counter("habroker_pull_bytes", "Bytes returned by pulls.", s.pull_bytes)
+        yield f.labelled(
+            CounterMetricFamily,
+            "habroker_request_errors",
+            "Refused requests by error code.",
+            "error",
+            sorted(s.request_errors.items()),
+        )
+
+    def _replicas(self, f: _Families) -> Iterator[Metric]:
+        broker = self.broker
+        replicas = broker.replicas
+        yield f.labelled(
+            GaugeMetricFamily,
+            "habroker_role",
+            "1 for the broker's current role (ASYNC_MASTER, SYNC_MASTER, SLAVE).",
+            "role",
+            [(broker.role.value, 1)],
+        )
+        yield f.gauge(
+            "habroker_master",
+            "1 while this broker is a master that accepts writes (master role, not fenced).",
+            int(broker.role in MASTER_ROLES and not replicas.fenced),
+        )
+        yield f.gauge(
+            "habroker_epoch", "The highest epoch this broker was told.", replicas.known_epoch
+        )
+        yield f.gauge(
+            "habroker_fenced", "1 while writes are refused (fenced).", int(replicas.fenced)
+        )
+        yield f.counter(
+            "habroker_truncated_bytes",
+            "Commit-log bytes cut because a new master never had them (controller mode).",
+            replicas.truncated_bytes_total,
+        )
+        yield f.gauge(
+            "habroker_slave_diverged",
+            "1 while this slave refuses a master whose history is not its own.",
+            int(replicas.divergence is not None),
+        )
+
+    def _master(self, f: _Families, m: dict[str, Any]) -> Iterator[Metric]:
+        yield f.gauge(
+            "habroker_ha_push2slave_max_offset",
+            "Highest offset any slave acknowledged.",
+            m["push2SlaveMaxOffset"],
+        )
+        yield f.gauge("habroker_ha_connections", "Connected slaves.", m["connectionCount"])
+        yield f.gauge(
+            "habroker_ha_in_sync_slaves", "Slaves within haMaxGapNotInSync.", m["inSyncSlaves"]
+        )
+        yield f.gauge(
+            "habroker_ha_waiting_producers",
+            "SYNC_MASTER producers waiting for a slave's acknowledgement now.",
+            m["waitingProducers"],
+        )
+        yield f.counter(
+            "habroker_ha_sync_timeouts",
+            "SYNC_MASTER waits that ended without an acknowledgement (FLUSH_SLAVE_TIMEOUT).",
+            m["syncTimeoutTotal"],
+        )
+        yield f.counter(
+            "habroker_ha_slave_not_available",
+            "SYNC_MASTER puts answered SLAVE_NOT_AVAILABLE (no slave in sync).",
+            m["slaveNotAvailableTotal"],
+        )
+        slaves: list[dict[str, Any]] = m["slaves"]
+        for name, key, help_text in (
+            ("habroker_ha_slave_ack_offset", "ackOffset", "Offset the slave acknowledged."),
+            ("habroker_ha_slave_lag_bytes", "lagBytes", "Master max offset minus the slave's ack."),
+            ("habroker_ha_slave_in_sync", "inSync", "1 if the slave is in sync."),
+            (
+                "habroker_ha_slave_last_report_age_ms",
+                "lastReportAgeMs",
+                "Age of the slave's last report.",
+            ),
+        ):
+            yield f.labelled(
+                GaugeMetricFamily,
+                name,
+                help_text,
+                "slave",
+                [(sl["address"], int(sl[key] or 0)) for sl in slaves],
             )
+        yield f.labelled(
+            GaugeMetricFamily,
+            "habroker_ha_slave_lag_seconds",
+            "Age of the oldest message the slave has not acknowledged (0 when caught up).",
+            "slave",
+            [(sl["address"], self._lag_seconds(sl)) for sl in slaves],
+        )
 
-    def gauge(self, name: str, help_text: str, value: float | int, **labels: str) -> None:
-        self.family(name, "gauge", help_text, [(labels, value)])
+    def _lag_seconds(self, slave: dict[str, Any]) -> float:
+        if not slave["lagBytes"]:
+            return 0.0
+        stamp = self.broker.store.store_time_at(int(slave["ackOffset"]))
+        if stamp is None:  # behind the commit log's start: as old as the oldest record kept
+            stamp = self.broker.store.store_time_at(self.broker.store.min_phy_offset)
+        return max(0.0, time.time() - stamp / 1000.0) if stamp is not None else 0.0
 
-    def counter(self, name: str, help_text: str, value: float | int, **labels: str) -> None:
-        self.family(name, "counter", help_text, [(labels, value)])
+    def _slave(self, f: _Families, sl: dict[str, Any]) -> Iterator[Metric]:
+        yield f.gauge(
+            "habroker_ha_connected",
+            "1 while connected to the master.",
+            int(bool(sl.get("connected"))),
+        )
+        seen = sl.get("masterMaxOffsetSeen") or 0
+        yield f.gauge(
+            "habroker_ha_master_lag_bytes",
+            "Latest master offset seen minus local max offset.",
+            max(0, seen - self.broker.store.max_phy_offset),
+        )
+        yield f.counter(
+            "habroker_ha_reconnects",
+            "Reconnections to the master.",
+            int(sl.get("reconnects") or 0),
+        )
 
-    def render(self) -> str:
-        return "\n".join(self._lines) + "\n"
+    def _consumer_lag(self, f: _Families) -> Metric:
+        """Messages each group has yet to consume per queue: the queue's max offset minus the
+        group's committed offset (masters only: slaves hold copies of the same offsets)."""
+        store = self.broker.store
+        fam = GaugeMetricFamily(
+            "habroker_consumer_group_lag",
+            "Messages not yet consumed: queue max offset minus the group's committed offset.",
+            labels=[*LABELS, "group", "topic", "queueId"],
+        )
+        for key, queues in sorted(self.broker.offsets.table.items()):
+            topic, _, group = key.partition("@")
+            for queue_id, committed in sorted(queues.items()):
+                lag = max(0, store.max_offset_in_queue(topic, queue_id) - committed)
+                fam.add_metric([*f.labels, group, topic, str(queue_id)], lag)
+        return fam
+
+
+class _Families:
+    """Metric families that all carry the broker's (broker, brokerId) labels."""
+
+    def __init__(self, labels: list[str]) -> None:
+        self.labels = labels
+
+    def gauge(self, name: str, help_text: str, value: float) -> Metric:
+        fam = GaugeMetricFamily(name, help_text, labels=LABELS)
+        fam.add_metric(self.labels, value)
+        return fam
+
+    def counter(self, name: str, help_text: str, value: float) -> Metric:
+        fam = CounterMetricFamily(name, help_text, labels=LABELS)
+        fam.add_metric(self.labels, value)
+        return fam
+
+    def labelled(
+        self,
+        kind: type[GaugeMetricFamily] | type[CounterMetricFamily],
+        name: str,
+        help_text: str,
+        label: str,
+        samples: Iterable[tuple[str, float]],
+    ) -> Metric:
+        fam = kind(name, help_text, labels=[*LABELS, label])
+        for value_label, value in samples:
+            fam.add_metric([*self.labels, value_label], value)
+        return fam

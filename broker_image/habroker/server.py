@@ -18,7 +18,7 @@ from habroker.broker import BrokerController, BrokerError
 from habroker.config import ConfigError
 from habroker.message import decode_records
 from habroker.metadata import MetadataError
-from habroker.metrics import Exposition
+from habroker.metrics import exposition
 from habroker.replicas_manager import RoleError, RoleRequest
 from habroker.store import StoreError
 from habroker.wire import BATCH_CONTENT_TYPE, RECORDS_CONTENT_TYPE, BadBatch, decode_batch
@@ -400,136 +400,8 @@ async def openapi(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    broker = request.app[BROKER_KEY]
-    return web.Response(
-        body=render_metrics(broker).encode(), headers={"Content-Type": Exposition.CONTENT_TYPE}
-    )
-
-
-def render_metrics(broker: BrokerController) -> str:
-    s = broker.stats
-    store = broker.store
-    exp = Exposition()
-    labels = {"broker": broker.config.brokerName, "brokerId": str(broker.config.brokerId)}
-    exp.gauge(
-        "habroker_commitlog_max_offset",
-        "Commit-log max physical offset (bytes).",
-        store.max_phy_offset,
-        **labels,
-    )
-    exp.gauge(
-        "habroker_commitlog_min_offset",
-        "Commit-log min physical offset (bytes).",
-        store.min_phy_offset,
-        **labels,
-    )
-    exp.gauge(
-        "habroker_commitlog_flushed_offset",
-        "Commit-log offset known to be on disk.",
-        store.flushed_offset,
-        **labels,
-    )
-    exp.gauge(
-        "habroker_dispatched_offset",
-        "Commit-log offset indexed into consume queues.",
-        store.dispatched_offset,
-        **labels,
-    )
-    exp.counter("habroker_put_requests_total", "Produce requests stored.", s.put_requests, **labels)
-    exp.counter("habroker_put_messages_total", "Messages stored.", s.put_messages, **labels)
-    exp.counter(
-        "habroker_put_bytes_total", "Commit-log bytes written by produce.", s.put_bytes, **labels
-    )
-    exp.family(
-        "habroker_put_status_total",
-        "counter",
-        "Produce results by status.",
-        [({**labels, "status": k}, v) for k, v in sorted(s.put_status.items())],
-    )
-    exp.counter("habroker_pull_requests_total", "Pull requests served.", s.pull_requests, **labels)
-    exp.counter(
-        "habroker_pull_messages_total", "Messages returned by pulls.", s.pull_messages, **labels
-    )
-    exp.counter("habroker_pull_bytes_total", "Bytes returned by pulls.", s.pull_bytes, **labels)
-    exp.family(
-        "habroker_request_errors_total",
-        "counter",
-        "Refused requests by error code.",
-        [({**labels, "error": k}, v) for k, v in sorted(s.request_errors.items())],
-    )
-    replicas = broker.replicas
-    exp.gauge(
-        "habroker_epoch", "The highest epoch this broker was told.", replicas.known_epoch, **labels
-    )
-    exp.gauge(
-        "habroker_fenced", "1 while writes are refused (fenced).", int(replicas.fenced), **labels
-    )
-    exp.counter(
-        "habroker_truncated_bytes_total",
-        "Commit-log bytes cut because a new master never had them (controller mode).",
-        replicas.truncated_bytes_total,
-        **labels,
-    )
-    exp.gauge(
-        "habroker_slave_diverged",
-        "1 while this slave refuses a master whose history is not its own.",
-        int(replicas.divergence is not None),
-        **labels,
-    )
-    st = broker.status()
-    if "master" in st:
-        m = st["master"]
-        exp.gauge(
-            "habroker_ha_push2slave_max_offset",
-            "Highest offset any slave acknowledged.",
-            m["push2SlaveMaxOffset"],
-            **labels,
-        )
-        exp.gauge("habroker_ha_connections", "Connected slaves.", m["connectionCount"], **labels)
-        exp.gauge(
-            "habroker_ha_in_sync_slaves",
-            "Slaves within haMaxGapNotInSync.",
-            m["inSyncSlaves"],
-            **labels,
-        )
-        for name, key, help_text in (
-            ("habroker_ha_slave_ack_offset", "ackOffset", "Offset the slave acknowledged."),
-            ("habroker_ha_slave_lag_bytes", "lagBytes", "Master max offset minus the slave's ack."),
-            ("habroker_ha_slave_in_sync", "inSync", "1 if the slave is in sync."),
-            (
-                "habroker_ha_slave_last_report_age_ms",
-                "lastReportAgeMs",
-                "Age of the slave's last report.",
-            ),
-        ):
-            exp.family(
-                name,
-                "gauge",
-                help_text,
-                [({**labels, "slave": sl["address"]}, int(sl[key])) for sl in m["slaves"]],
-            )
-    if "slave" in st:
-        sl = st["slave"]
-        exp.gauge(
-            "habroker_ha_connected",
-            "1 while connected to the master.",
-            int(bool(sl.get("connected"))),
-            **labels,
-        )
-        seen = sl.get("masterMaxOffsetSeen") or 0
-        exp.gauge(
-            "habroker_ha_master_lag_bytes",
-            "Latest master offset seen minus local max offset.",
-            max(0, seen - store.max_phy_offset),
-            **labels,
-        )
-        exp.gauge(
-            "habroker_ha_reconnects",
-            "Reconnections to the master.",
-            int(sl.get("reconnects") or 0),
-            **labels,
-        )
-    return exp.render()
+    body, content_type = exposition(request.app[BROKER_KEY], request.headers.get("Accept", ""))
+    return web.Response(body=body, headers={"Content-Type": content_type})
 
 
 def add_routes(router: web.UrlDispatcher) -> None:

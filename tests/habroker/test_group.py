@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import filecmp
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 from habroker.client import BrokerAPIError, BrokerGroupReader, OutgoingMessage, Producer
 from habroker.client.sync import BrokerConnection
 from habroker.local import free_port
+
+from tests.habroker.metricsutil import scrape
 
 SMALL = {"mappedFileSizeCommitLog": 64 * 1024, "maxMessageSize": 16 * 1024, "metaSyncInterval": 200}
 
@@ -103,11 +104,11 @@ def test_status_and_metrics_show_replication(group_factory):
     assert sst["role"] == "SLAVE" and sst["slave"]["connected"] is True
     assert sst["slave"]["masterAddress"] == group.master.ha_address
     assert sst["maxOffset"] == st["maxOffset"]
-    with urllib.request.urlopen(f"http://{group.master.http_address}/metrics") as resp:
-        metrics = resp.read().decode()
-    assert "habroker_ha_slave_lag_bytes{" in metrics and "habroker_ha_in_sync_slaves" in metrics
-    with urllib.request.urlopen(f"http://{group.slaves[0].http_address}/metrics") as resp:
-        assert 'habroker_ha_connected{broker="broker-a",brokerId="1"} 1' in resp.read().decode()
+    metrics = scrape(group.master.http_address)
+    assert metrics.values("habroker_ha_slave_lag_bytes", slave=row["address"]) == [0]
+    assert metrics.value("habroker_ha_in_sync_slaves") == 1
+    slave_metrics = scrape(group.slaves[0].http_address)
+    assert slave_metrics.value("habroker_ha_connected", broker="broker-a", brokerId="1") == 1
     commit_logs_identical(group.master.root, group.slaves[0].root)
 
 

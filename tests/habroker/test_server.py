@@ -11,6 +11,10 @@ from habroker.client import BrokerAPIError, BrokerGroupReader, OutgoingMessage, 
 from habroker.client.sync import BrokerConnection
 from habroker.wire import BATCH_CONTENT_TYPE, encode_batch, encode_entry
 
+from tests.habroker.metricsutil import scrape
+
+OPENMETRICS = "application/openmetrics-text; version=1.0.0"
+
 
 @pytest.fixture
 def broker(broker_factory):
@@ -235,11 +239,15 @@ def test_health_metrics_and_openapi(broker):
     assert raw(broker, "GET", "/readyz")[0] == 200
     with Producer(broker.http_address) as producer:
         producer.send_batch("t", [b"x"] * 3, queue_id=0)
-    _, headers, body = raw(broker, "GET", "/metrics")
-    text = body.decode()
-    assert headers["Content-Type"].startswith("text/plain; version=0.0.4")
-    assert 'habroker_put_messages_total{broker="broker-a",brokerId="0"} 3' in text
-    assert 'habroker_put_status_total{broker="broker-a",brokerId="0",status="PUT_OK"} 1' in text
+    m = scrape(broker.http_address)
+    assert m.content_type.startswith("text/plain")
+    labels = {"broker": "broker-a", "brokerId": "0"}
+    assert m.value("habroker_put_messages_total", **labels) == 3
+    assert m.value("habroker_put_status_total", status="PUT_OK", **labels) == 1
+    # a scraper asking for OpenMetrics gets it
+    _, headers, body = raw(broker, "GET", "/metrics", headers={"Accept": OPENMETRICS})
+    assert headers["Content-Type"].startswith("application/openmetrics-text")
+    assert body.endswith(b"# EOF\n")
     code, _, body = raw(broker, "GET", "/v1/openapi.yaml")
     spec = yaml.safe_load(body)
     assert code == 200 and spec["openapi"].startswith("3.")

@@ -620,8 +620,20 @@ class MessageStore:
         unit = cq.get_unit(offset) if cq is not None else None
         if unit is None or unit[1] == BLANK_UNIT_SIZE:
             return None
-        phys = unit[0]
-        head = self.commit_log.read(phys, POS_BORN_HOST + 28)
+        return self.store_time_at(unit[0])
+
+    def store_time_at(self, phy_offset: int) -> int | None:
+        """STORETIMESTAMP of the record at a commit-log offset (the next file's first record
+        if the offset is a file's BLANK tail), or None past the end: how old the first byte a
+        slave lacks is (``habroker_ha_slave_lag_seconds``)."""
+        first = self.commit_log.read(phy_offset, _SIZE_MAGIC.size)
+        if first is None:
+            return None
+        _, magic = _SIZE_MAGIC.unpack(first)
+        first.release()
+        if magic == BLANK_MAGIC:
+            phy_offset += self.commit_log.file_size - phy_offset % self.commit_log.file_size
+        head = self.commit_log.read(phy_offset, POS_BORN_HOST + 28)
         if head is None:
             return None
         try:
