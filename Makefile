@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PACKAGES := $(wildcard broker_image/habroker operator/brokergroup_operator pipeline/brokergroup_spark)
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup java-setup lint unit test bench bench-setup demo demo-local clean
+.PHONY: help setup java-setup promtool lint unit test bench bench-setup demo demo-local clean
 
 help:  ## list the targets
 	@grep -hE '^[a-z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
@@ -22,12 +22,15 @@ $(VENV)/.installed: pyproject.toml
 java-setup:  ## real Apache RocketMQ 4.9.7/5.3.1 jars (Maven Central) and our Java driver, for tests/interop
 	bash interop/install.sh
 
+promtool:  ## Prometheus's promtool from the Go module proxy into e2e/.cluster/bin, for the alerting-rule tests
+	bash tools/build-promtool.sh
+
 lint: setup  ## ruff and mypy over every package
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy $(PACKAGES)
 
-unit: setup cluster-build java-setup  ## unit and integration tests (real brokers, a real apiserver, helm, real RocketMQ)
+unit: setup cluster-build java-setup promtool  ## unit and integration tests (real brokers, a real apiserver, helm, promtool, real RocketMQ)
 	$(PY) -m pytest -q tests
 
 check: lint unit  ## everything but the cluster: lint, unit, integration, chart and apiserver tests

@@ -37,7 +37,10 @@ def main(argv: list[str] | None = None) -> None:
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     if args.log_sweeps:
         logging.getLogger("brokergroup_operator.sweeps").setLevel(logging.DEBUG)
-    from . import handlers  # registers the handlers with kopf's default registry
+    from . import handlers, metrics  # handlers: registers them with kopf's default registry
+
+    if handlers.SETTINGS.metrics_port:
+        metrics.serve(handlers.SETTINGS.metrics_port, handlers.SETTINGS.metrics_address)
 
     kopf.run(
         standalone=not handlers.SETTINGS.peering,

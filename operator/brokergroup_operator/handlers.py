@@ -23,7 +23,7 @@ import aiohttp
 import kopf
 from lightkube import ApiError
 
-from . import GROUP, KIND, PLURAL, VERSION
+from . import GROUP, KIND, PLURAL, VERSION, metrics
 from .brokerapi import BrokerAPI, BrokerAPIError
 from .drift import describe, drifted, find_child
 from .election import Assignment, assignment_from_status
@@ -316,6 +316,7 @@ async def _apply_children(
         for manifest in _desired(runtime, group, _owner(body), stses):
             await runtime.kube.apply(manifest)
     except ApiError as exc:
+        metrics.count_error("apply")
         code = exc.status.code or 0
         if code >= 500 or code in (409, 429):
             raise kopf.TemporaryError(f"apply failed, will retry: {exc}", delay=10) from exc
@@ -363,6 +364,7 @@ async def forget(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) ->
     runtime: Runtime | None = memo.get("runtime")
     if runtime is not None and namespace is not None:
         runtime.groups.pop((namespace, name), None)
+        metrics.forget(namespace, name)
 
 
 # -- drift: every child watched, restored when deleted or edited -------------------------
@@ -512,6 +514,7 @@ async def poll_group(
         delete_pod=delete_pod,
         logger=logger,
     )
+    metrics.observe_sweep(namespace, name, result.status, time.monotonic() - started)
     for event in result.events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
     changes = status_patch(previous, result.status)
@@ -641,7 +644,9 @@ async def failover_daemon(
                     )
             await _label_roles(runtime, namespace, assignment, pods)
         except (ApiError, BrokerAPIError) as exc:
+            metrics.count_error("failover")
             logger.warning("failover tick failed, retrying: %s", exc)
+        metrics.observe_events(namespace, name, controller.events)
         for event in controller.events:
             kopf.event(body, type=event.type, reason=event.reason, message=event.message)
         controller.events.clear()

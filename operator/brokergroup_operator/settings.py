@@ -35,6 +35,11 @@ class Settings:
     peering: str = ""
     #: create a NetworkPolicy per group: its HA port reachable only from the group's own pods
     network_policy: bool = False
+    #: the operator's own /metrics (brokergroup_operator_*); 0 serves none. 8080 is kopf's
+    #: liveness endpoint in the image, hence 8081
+    metrics_port: int = 8081
+    #: where /metrics listens: loopback unless told otherwise (the chart sets 0.0.0.0)
+    metrics_address: str = "127.0.0.1"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -61,6 +66,8 @@ class Settings:
             auto_hysteresis_bytes=get("AUTO_HYSTERESIS_BYTES", cls.auto_hysteresis_bytes),
             peering=get("PEERING", cls.peering),
             network_policy=_flag(env, "NETWORK_POLICY", cls.network_policy),
+            metrics_port=get("METRICS_PORT", cls.metrics_port),
+            metrics_address=get("METRICS_ADDRESS", cls.metrics_address),
         )
         for key, value in (("ADDRESSING", settings.addressing), ("WIRING", settings.wiring)):
             if value not in ADDRESSING_MODES:
@@ -75,6 +82,8 @@ class Settings:
             raise ValueError(
                 "BROKERGROUP_POLL_INTERVAL, _HTTP_TIMEOUT, _HTTP_CONCURRENCY must be positive"
             )
+        if not 0 <= settings.metrics_port <= 65535:
+            raise ValueError(f"BROKERGROUP_METRICS_PORT={settings.metrics_port}: 0 to 65535")
         return settings
 
 

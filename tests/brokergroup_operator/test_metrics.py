@@ -1,0 +1,113 @@
+"""The operator's /metrics: sweeps of a real broker group (habroker processes on 127.0.0.1)
+reported through brokergroup_operator.metrics, served by its HTTP server and parsed by
+prometheus_client's parser."""
+
+from __future__ import annotations
+
+import urllib.request
+
+import aiohttp
+from brokergroup_operator import metrics
+from brokergroup_operator.spec import parse_spec
+from brokergroup_operator.status import Event
+from habroker.local import LocalGroup, free_port
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.brokergroup_operator.test_sweep_brokers import Harness, local_group
+
+__all__ = ["local_group"]  # the fixture, used by name
+
+GROUP = {"namespace": "ns", "brokergroup": "bg"}
+
+
+def scrape(port: int) -> tuple[dict[str, str], dict[tuple[str, frozenset[tuple[str, str]]], float]]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        families = list(text_string_to_metric_families(resp.read().decode()))
+    types = {f.name: f.type for f in families}
+    values = {(s.name, frozenset(s.labels.items())): s.value for f in families for s in f.samples}
+    return types, values
+
+
+def value(values, name: str, **labels: str) -> float | None:
+    return values.get((name, frozenset(labels.items())))
+
+
+async def test_sweeps_and_group_gauges_from_a_real_group(local_group: LocalGroup) -> None:
+    port = free_port()
+    server = metrics.serve(port, "127.0.0.1")
+    assert server is not None
+    try:
+        assert metrics.serve(port, "127.0.0.1") is None  # taken: refused, not raised
+        await _sweeps_and_gauges(local_group, port)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def _sweeps_and_gauges(local_group: LocalGroup, port: int) -> None:
+    _, before = scrape(port)
+    sweeps_before = value(before, "brokergroup_operator_sweeps_total") or 0
+    spec = parse_spec(
+        "bg",
+        "ns",
+        {
+            "image": "x",
+            "replicationMode": "SYNC",
+            "slaves": 1,
+            "ports": {
+                "client": int(local_group.master.config["listenPort"]),
+                "ha": int(local_group.master.config["haListenPort"]),
+                "http": int(local_group.master.config["httpListenPort"]),
+            },
+        },
+    )
+    async with aiohttp.ClientSession() as session:
+        h = Harness(local_group, session)
+        status = await h.run(spec)
+        assert status["phase"] == "Running"
+        metrics.observe_sweep("ns", "bg", status, 0.02)
+        types, values = scrape(port)
+        assert types["brokergroup_operator_sweeps"] == "counter"
+        assert types["brokergroup_operator_sweep_duration_seconds"] == "histogram"
+        assert types["brokergroup_operator_failovers"] == "counter"
+        assert types["brokergroup_operator_reconcile_errors"] == "counter"
+        assert types["brokergroup_operator_group_brokers_up"] == "gauge"
+        assert value(values, "brokergroup_operator_sweeps_total") == sweeps_before + 1
+        assert value(values, "brokergroup_operator_groups") == 1
+        assert value(values, "brokergroup_operator_group_master_reachable", **GROUP) == 1
+        assert value(values, "brokergroup_operator_group_ready", **GROUP) == 1
+        assert value(values, "brokergroup_operator_group_brokers_up", **GROUP) == 2
+        assert value(values, "brokergroup_operator_group_slaves_in_sync", **GROUP) == 1
+        assert value(values, "brokergroup_operator_group_phase", phase="Running", **GROUP) == 1
+
+        # the slave goes away: one broker up, none in sync, a SYNC group no longer Ready
+        local_group.slaves[0].stop()
+        status = await h.run(spec)
+        metrics.observe_sweep("ns", "bg", status, 0.5)
+        _, values = scrape(port)
+        assert value(values, "brokergroup_operator_group_brokers_up", **GROUP) == 1
+        assert value(values, "brokergroup_operator_group_slaves_in_sync", **GROUP) == 0
+        assert value(values, "brokergroup_operator_group_ready", **GROUP) == 0
+        assert value(values, "brokergroup_operator_group_phase", phase="Running", **GROUP) is None
+
+    # mastership moves are counted from the failover controller's Events
+    metrics.observe_events(
+        "ns",
+        "bg",
+        [
+            Event("Warning", "FailoverStarted", "m lost"),
+            Event("Normal", "MasterPromoted", "s is master"),
+            Event("Normal", "SwitchoverDone", "m is master"),
+        ],
+    )
+    metrics.count_error("failover")
+    _, values = scrape(port)
+    assert value(values, "brokergroup_operator_failovers_total", kind="failover", **GROUP) == 1
+    assert value(values, "brokergroup_operator_failovers_total", kind="switchover", **GROUP) == 1
+    assert value(values, "brokergroup_operator_reconcile_errors_total", handler="failover") >= 1
+
+    # a deleted group leaves the gauges
+    metrics.forget("ns", "bg")
+    _, values = scrape(port)
+    assert value(values, "brokergroup_operator_groups") == 0
+    assert value(values, "brokergroup_operator_group_brokers_up", **GROUP) is None
