@@ -211,7 +211,16 @@ def test_explain(api: kubeapi.ApiServer) -> None:
 
 # -- the operator -------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def operator(api: kubeapi.ApiServer) -> Iterator[subprocess.Popen[bytes]]:
+def operator_metrics_port() -> int:
+    from habroker.local import free_port
+
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def operator(
+    api: kubeapi.ApiServer, operator_metrics_port: int
+) -> Iterator[subprocess.Popen[bytes]]:
     log = api.workdir / "logs" / "operator.log"
     env = {
         **os.environ,
@@ -219,6 +228,7 @@ def operator(api: kubeapi.ApiServer) -> Iterator[subprocess.Popen[bytes]]:
         "BROKERGROUP_POLL_INTERVAL": "1",
         "BROKERGROUP_HTTP_TIMEOUT": "0.5",
         "BROKERGROUP_NETWORK_POLICY": "true",
+        "BROKERGROUP_METRICS_PORT": str(operator_metrics_port),  # on 127.0.0.1 (the default)
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", "brokergroup_operator", "-n", NS, "--verbose"],
@@ -308,6 +318,38 @@ def test_operator_applies_children_and_reports(api: kubeapi.ApiServer, operator:
     rv = get(api, "bg/orders")["metadata"]["resourceVersion"]
     time.sleep(3)
     assert get(api, "bg/orders")["metadata"]["resourceVersion"] == rv
+
+
+def test_operator_metrics_report_the_groups_it_sweeps(
+    api: kubeapi.ApiServer, operator: Any, operator_metrics_port: int
+) -> None:
+    """The operator process serves /metrics, and its sweeps of a group show there (no pod runs
+    here: the master is unreachable, no broker is up, the group is Pending)."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    apply(api, group("observed", slaves=1))
+    labels = {"namespace": NS, "brokergroup": "observed"}
+
+    def scraped() -> dict[str, float]:
+        url = f"http://127.0.0.1:{operator_metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            text = resp.read().decode()
+        values = {
+            s.name: s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.labels == labels or (not s.labels and f.type == "counter")
+        }
+        return values if "brokergroup_operator_group_slaves" in values else {}
+
+    values = eventually(scraped, what="the group in the operator's /metrics")
+    assert values["brokergroup_operator_sweeps_total"] >= 1
+    assert values["brokergroup_operator_group_master_reachable"] == 0
+    assert values["brokergroup_operator_group_brokers_up"] == 0
+    assert values["brokergroup_operator_group_slaves"] == 1
+    assert values["brokergroup_operator_group_ready"] == 0
 
 
 def test_operator_scales_and_reapplies(api: kubeapi.ApiServer, operator: Any) -> None:
