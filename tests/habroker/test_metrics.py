@@ -99,7 +99,14 @@ def test_sync_wait_and_ha_lag_while_a_slave_is_stopped(group_factory):
         for _ in range(5):
             assert producer.send_batch("st", [b"y" * 100] * 10, queue_id=0).ok
         group.wait_replicated()
-        m = scrape(group.master.http_address)
+        m = wait_for(
+            lambda: (
+                (m := scrape(group.master.http_address)).values("habroker_ha_slave_lag_bytes")
+                == [0]
+                and m
+            ),
+            what="the slave's ack",
+        )
         assert m.value("habroker_sync_wait_seconds_count", **LABELS) == 5
         assert m.value("habroker_ha_in_sync_slaves", **LABELS) == 1
         assert m.values("habroker_ha_slave_lag_bytes", **LABELS) == [0]
