@@ -213,7 +213,8 @@ def test_defaults(helm: str) -> None:
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert container["resources"]["limits"]["memory"] == "256Mi"
-    assert [p["containerPort"] for p in container["ports"]] == [8080]
+    # kopf's health endpoint and the operator's /metrics
+    assert [p["containerPort"] for p in container["ports"]] == [8080, 8081]
     env = env_of(dep)
     assert "WATCH_NAMESPACE" not in env  # cluster-wide
     assert env["BROKERGROUP_NETWORK_POLICY"] == "true"
@@ -232,7 +233,9 @@ def test_defaults(helm: str) -> None:
     ]
     (policy,) = kinds["NetworkPolicy"]
     assert policy["spec"]["podSelector"]["matchLabels"] == (dep["spec"]["selector"]["matchLabels"])
-    assert policy["spec"]["ingress"] == [{"ports": [{"protocol": "TCP", "port": "health"}]}]
+    assert policy["spec"]["ingress"] == [
+        {"ports": [{"protocol": "TCP", "port": "health"}, {"protocol": "TCP", "port": "metrics"}]}
+    ]
 
 
 def test_rbac_is_exactly_what_the_operator_uses(helm: str) -> None:

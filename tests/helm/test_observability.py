@@ -212,7 +212,7 @@ def test_chart_renders_dashboard_rule_and_podmonitor(helm: str) -> None:
             "prometheusRule.labels.release=prom",
         )
     )
-    (dashboard,) = [c for c in kinds["ConfigMap"] if c["metadata"]["name"] == "bg-dashboard"]
+    (dashboard,) = [c for c in kinds["ConfigMap"] if c["metadata"]["name"].endswith("-dashboard")]
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert dashboard["metadata"]["namespace"] == "bg-system"
     assert json.loads(dashboard["data"]["brokergroup.json"]) == json.loads(DASHBOARD.read_text())
