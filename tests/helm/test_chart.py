@@ -367,6 +367,8 @@ def test_operator_settings_in_the_chart_are_valid() -> None:
         (["--set", "watch.namespaces={Team_A}"], "watch.namespaces"),
         (["--set", "serviceMonitor.interval=30"], "serviceMonitor.interval"),
         (["--set", "networkPolicy.enabled=yes"], "networkPolicy.enabled"),
+        (["--set", "operator.metricsPort=8080"], "operator.metricsPort"),  # kopf's health port
+        (["--set", "prometheusRule.enable=true"], "prometheusRule"),
     ],
 )
 def test_values_schema_rejects(helm: str, args: list[str], message: str) -> None:
