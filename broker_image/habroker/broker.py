@@ -571,6 +571,7 @@ class BrokerController:
             "listenAddress": f"{cfg.brokerIP1}:{cfg.listenPort}",
             "httpAddress": f"{cfg.brokerIP1}:{cfg.httpListenPort}",
             "haListenAddress": f"{cfg.brokerIP1}:{cfg.haListenPort}",
+            "externalAddrs": {str(k): v for k, v in self.routes.external.items()},
             "minOffset": store.min_phy_offset,
             "maxOffset": store.max_phy_offset,
             "flushedOffset": store.flushed_offset,

@@ -84,6 +84,9 @@ class BrokerConfig:
     # habroker: RocketMQ's VIP channel; -1 = listenPort - 2 (what 4.x/5.x brokers open), 0 = none
     fastListenPort: int = -1
     httpListenPort: int = 10913  # habroker: HTTP API (admin, operator, /metrics, health)
+    # habroker: a remoting listener for clients outside the cluster; its route answers carry
+    # the brokers' external addresses (PUT /v1/admin/external-addresses). 0 = none
+    externalListenPort: int = 0
     haMasterAddress: str = ""
     masterAddress: str = ""  # habroker: slave: master's client (remoting) address
     masterHttpAddress: str = (
@@ -198,6 +201,8 @@ class BrokerConfig:
             raise ConfigError(f"haListenPort={self.haListenPort}: must be 1..65535")
         if not 0 < self.httpListenPort < 65536:
             raise ConfigError(f"httpListenPort={self.httpListenPort}: must be 1..65535")
+        if not 0 <= self.externalListenPort < 65536:
+            raise ConfigError(f"externalListenPort={self.externalListenPort}: 0 (none) or a port")
         if not -1 <= self.fastListenPort < 65536:
             raise ConfigError(
                 f"fastListenPort={self.fastListenPort}: -1 (listenPort - 2), 0 (none) or a port"
@@ -209,6 +214,8 @@ class BrokerConfig:
         }
         if self.fast_listen_port:
             ports["fastListenPort"] = self.fast_listen_port
+        if self.externalListenPort:
+            ports["externalListenPort"] = self.externalListenPort
         for key, port in ports.items():
             clash = [k for k, p in ports.items() if p == port and k != key]
             if clash:

@@ -36,6 +36,14 @@ class RouteInfoManager:
         self.registered: dict[int, BrokerLiveInfo] = {}
         # a slave's copy of its master's member table (GET_BROKER_CLUSTER_INFO)
         self.from_master: dict[int, str] = {}
+        # brokerId -> the address a client outside the cluster reaches it at (told by the
+        # operator); answered on externalListenPort instead of the brokers' own addresses
+        self.external: dict[int, str] = {}
+
+    def set_external(self, addrs: dict[int, str]) -> None:
+        if addrs != self.external:
+            log.info("external addresses: %s", addrs or "none")
+        self.external = dict(sorted(addrs.items()))
 
     def register(self, info: BrokerLiveInfo) -> bool:
         old = self.registered.get(info.broker_id)
@@ -77,10 +85,16 @@ class RouteInfoManager:
         addrs[broker.config.brokerId] = broker.address
         return dict(sorted(addrs.items()))
 
-    def broker_data(self) -> dict[str, Any]:
+    def external_addrs(self) -> dict[int, str]:
+        """What a client outside the cluster is told: only brokers it can reach (a broker
+        without an external address is left out rather than named by an address it cannot
+        dial)."""
+        return {i: self.external[i] for i in self.broker_addrs() if i in self.external}
+
+    def broker_data(self, external: bool = False) -> dict[str, Any]:
         cfg = self.broker.config
         return {
-            "brokerAddrs": self.broker_addrs(),
+            "brokerAddrs": self.external_addrs() if external else self.broker_addrs(),
             "brokerName": cfg.brokerName,
             "cluster": cfg.brokerClusterName,
         }

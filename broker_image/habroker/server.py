@@ -324,6 +324,35 @@ async def set_master_address(request: web.Request) -> web.Response:
     )
 
 
+async def get_external_addresses(request: web.Request) -> web.Response:
+    routes = request.app[BROKER_KEY].routes
+    return web.json_response({"brokerAddrs": {str(k): v for k, v in routes.external.items()}})
+
+
+async def put_external_addresses(request: web.Request) -> web.Response:
+    """Where clients outside the cluster reach each broker of the group (the operator knows:
+    node ports, load balancers); route answers on externalListenPort carry these."""
+    broker = request.app[BROKER_KEY]
+    body = await _json_body(request)
+    addrs = body.get("brokerAddrs")
+    parsed: dict[int, str] = {}
+    if isinstance(addrs, dict):
+        for key, value in addrs.items():
+            host, _, port = str(value).rpartition(":")
+            if not (str(key).isdigit() and host and port.isdigit() and 0 < int(port) < 65536):
+                parsed = {}
+                break
+            parsed[int(key)] = str(value)
+    if not isinstance(addrs, dict) or len(parsed) != len(addrs):
+        raise BrokerError(
+            "bad_request",
+            'fields: brokerAddrs, an object of brokerId -> "host:port" (e.g. {"0": '
+            '"203.0.113.7:31911"})',
+        )
+    broker.routes.set_external(parsed)
+    return web.json_response({"brokerAddrs": {str(k): v for k, v in parsed.items()}})
+
+
 def _role_view(broker: BrokerController) -> dict[str, Any]:
     return {
         "role": broker.role.value,
@@ -422,6 +451,8 @@ def add_routes(router: web.UrlDispatcher) -> None:
     r.add_get("/v1/admin/role", get_role)
     r.add_put("/v1/admin/role", put_role)
     r.add_post("/v1/admin/fence", fence)
+    r.add_get("/v1/admin/external-addresses", get_external_addresses)
+    r.add_put("/v1/admin/external-addresses", put_external_addresses)
     r.add_get("/v1/admin/config", get_config)
     r.add_patch("/v1/admin/config", patch_config)
     r.add_post("/v1/admin/clean-expired", clean_expired)

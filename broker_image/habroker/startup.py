@@ -30,7 +30,9 @@ class BrokerStartup:
         cfg = self.broker.config
         await self.broker.start()
         try:
-            await self.remoting.start(cfg.bindAddress, cfg.listenPort, cfg.fast_listen_port)
+            await self.remoting.start(
+                cfg.bindAddress, cfg.listenPort, cfg.fast_listen_port, cfg.externalListenPort
+            )
             self.http = await serve_http(self.broker)
         except BaseException:
             await self.remoting.stop()

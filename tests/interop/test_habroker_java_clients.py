@@ -17,11 +17,12 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pytest
-from habroker.local import LocalBroker, LocalGroup
+from habroker.local import LocalBroker, LocalGroup, free_port
 
 from tests.interop.rocketmq_java import (
     NetNS,
     events_of,
+    loads_fastjson,
     run_driver,
     run_mqadmin,
     summary,
@@ -400,3 +401,55 @@ def test_mqadmin_get_broker_epoch_reads_habrokers_epochs(
         epochs = [line for line in block.splitlines() if line.startswith("#Epoch:")]
         assert len(epochs) == len(role["epochEntries"]) == 1, (block, role)
         assert "epoch=1" in epochs[0] and "startOffset=0" in epochs[0], epochs
+
+
+# -- external access ------------------------------------------------------------------------------
+
+
+def test_external_listener_answers_routes_with_external_addresses(netns: NetNS) -> None:
+    """A client outside the cluster (the operator's spec.externalAccess) talks to
+    externalListenPort only: there, route answers name each broker's external address (what
+    the operator PUTs on /v1/admin/external-addresses), while the ordinary port keeps naming
+    the brokers' own. The real Java producer and consumer, knowing nothing but the master's
+    external address, send and read back through it (they only know addresses from routes)."""
+    group = netns.local_group(netns.root / "ext", slaves=1, mode="SYNC")
+    external = {}
+    for broker in group.brokers:
+        port = netns.call(free_port)
+        broker.config["externalListenPort"] = port
+        external[str(broker.config["brokerId"])] = f"127.0.0.1:{port}"
+    group.start()
+    group.wait_replicated()
+    for broker in group.brokers:
+        code, body = broker.request(
+            "PUT", "/v1/admin/external-addresses", {"brokerAddrs": external}
+        )
+        assert code == 200 and body["brokerAddrs"] == external, body
+        assert broker.status()["externalAddrs"] == external
+    code, body = group.master.request(
+        "PUT", "/v1/admin/external-addresses", {"brokerAddrs": {"0": "no-port"}}
+    )
+    assert code == 400, body  # refused, and the map in force is unchanged
+    assert group.master.status()["externalAddrs"] == external
+
+    master, slave = group.master, group.slaves[0]
+    create_topic(netns, "T-ext", 2, namesrv=master.address)
+    internal = loads_fastjson(
+        run_mqadmin(netns, V4, "topicRoute", "-n", master.address, "-t", "T-ext")
+    )
+    assert internal["brokerDatas"][0]["brokerAddrs"] == {"0": master.address, "1": slave.address}
+    for via in external.values():  # either broker's external listener
+        route = loads_fastjson(run_mqadmin(netns, V4, "topicRoute", "-n", via, "-t", "T-ext"))
+        assert route["brokerDatas"][0]["brokerAddrs"] == external, route
+    clusters = run_mqadmin(netns, V4, "clusterList", "-n", external["0"])
+    assert external["0"] in clusters and master.address not in clusters, clusters
+
+    sent = sent_ids(
+        produce(netns, "T-ext", "--count", "20", "--id-prefix", "ext-", namesrv=external["0"])
+    )
+    assert len(sent) == 20
+    events = run_driver(netns, V4, "lite-pull", "--namesrv", external["0"], "--topic", "T-ext",
+                        "--group", "g-ext", "--expect", "20", "--timeout-s", "45")  # fmt: skip
+    got = Counter(m["id"] for m in events_of(events, "message"))
+    assert got == Counter(dict.fromkeys(sent, 1))
+    print(f"external listener: 20 sent and read back through {external['0']}")

@@ -40,12 +40,15 @@ class BrokerRemoting:
         ):
             processor.register(self.server)
 
-    async def start(self, host: str, port: int, fast_port: int = 0) -> None:
+    async def start(self, host: str, port: int, fast_port: int = 0, external_port: int = 0) -> None:
         """``fast_port``: RocketMQ's VIP channel (listenPort - 2), where Java slaves copy
-        metadata and VIP-enabled clients send; 0 for none."""
+        metadata and VIP-enabled clients send; ``external_port``: the listener for clients
+        outside the cluster (route answers with external addresses); 0 for none."""
         await self.server.start(host, port)
         if fast_port:
             await self.server.start(host, fast_port)
+        if external_port:
+            await self.server.start(host, external_port)
         self.client_manage.start()
 
     async def stop(self) -> None:

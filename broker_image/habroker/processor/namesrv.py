@@ -42,6 +42,11 @@ class NameServerProcessor:
         server.register(RequestCode.GET_KV_CONFIG, self.kv_config)
         server.register(RequestCode.GET_KVLIST_BY_NAMESPACE, self.kv_config)
 
+    def _external(self, channel: Channel) -> bool:
+        """Whether the request came in on externalListenPort (a client outside the cluster)."""
+        port = self.broker.config.externalListenPort
+        return bool(port) and channel.local_address.rpartition(":")[2] == str(port)
+
     async def route_info(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
         topic = Header(request).text("topic")
         cfg = self.broker.topics.get(topic)
@@ -55,7 +60,7 @@ class NameServerProcessor:
                 f"No topic route info in name server for the topic: {topic}",
             )
         route = {
-            "brokerDatas": [self.routes.broker_data()],
+            "brokerDatas": [self.routes.broker_data(self._external(channel))],
             "filterServerTable": {},
             "queueDatas": [
                 {
@@ -72,7 +77,7 @@ class NameServerProcessor:
     def cluster_info(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
         cfg = self.broker.config
         info = {
-            "brokerAddrTable": {cfg.brokerName: self.routes.broker_data()},
+            "brokerAddrTable": {cfg.brokerName: self.routes.broker_data(self._external(channel))},
             "clusterAddrTable": {cfg.brokerClusterName: [cfg.brokerName]},
         }
         return request.response(body=body.dump_bytes(info))
