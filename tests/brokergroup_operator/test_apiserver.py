@@ -418,6 +418,49 @@ def test_failover_group_records_its_assignment_and_waits_without_an_eligible_sla
     api.kubectl("delete", "-n", NS, "bg/ledger", "--timeout=30s")
 
 
+def test_template_reaches_the_statefulsets(api: kubeapi.ApiServer, operator: Any) -> None:
+    toleration = {"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}
+    apply(
+        api,
+        group(
+            "placed",
+            slaves=2,
+            template={
+                "pod": {
+                    "metadata": {"labels": {"team": "mq"}},
+                    "tolerations": [toleration],
+                    "securityContext": {"runAsUser": 20000},
+                },
+                "slave": {"nodeSelector": {"kubernetes.io/hostname": "node-b"}},
+            },
+        ),
+    )
+    found = eventually(
+        lambda: len(children(api, "placed")) == CHILDREN and children(api, "placed"),
+        what="children",
+    )
+    master = found[("StatefulSet", "placed-master")]["spec"]["template"]
+    slave = found[("StatefulSet", "placed-slave")]["spec"]["template"]
+    for pod in (master, slave):
+        assert pod["metadata"]["labels"]["team"] == "mq"
+        assert pod["spec"]["tolerations"] == [toleration]
+        assert pod["spec"]["securityContext"]["runAsUser"] == 20000
+        assert pod["spec"]["securityContext"]["fsGroup"] == 10001
+        anti = pod["spec"]["affinity"]["podAntiAffinity"]
+        (term,) = anti["preferredDuringSchedulingIgnoredDuringExecution"]
+        assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert slave["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "node-b"}
+    assert "nodeSelector" not in master["spec"]
+
+    # the schema refuses the operator's own labels, naming the field
+    bad = group(
+        "placed", template={"master": {"metadata": {"labels": {"brokergroup.io/role": "x"}}}}
+    )
+    out = apply(api, bad, check=False)
+    assert out.returncode != 0
+    assert "spec.template.master.metadata.labels" in out.stderr
+
+
 def test_operator_has_no_errors_in_its_log(api: kubeapi.ApiServer, operator: Any) -> None:
     log = (api.workdir / "logs" / "operator.log").read_text().splitlines()
     bad = [line for line in log if " 403 " in line or "Forbidden" in line or "Traceback" in line]
