@@ -461,6 +461,24 @@ def test_template_reaches_the_statefulsets(api: kubeapi.ApiServer, operator: Any
     assert "spec.template.master.metadata.labels" in out.stderr
 
 
+def test_kubectl_scale_sets_the_slaves(api: kubeapi.ApiServer, operator: Any) -> None:
+    apply(api, group("scaled", slaves=1))
+    eventually(lambda: "slaveReplicas" in (get(api, "bg/scaled").get("status") or {}))
+    api.kubectl("scale", "-n", NS, "bg/scaled", "--replicas=3")
+    assert get(api, "bg/scaled")["spec"]["slaves"] == 3
+    eventually(
+        lambda: children(api, "scaled")[("StatefulSet", "scaled-slave")]["spec"]["replicas"] == 3,
+        what="the slave StatefulSet scaled",
+    )
+    raw = f"/apis/brokergroup.io/v1alpha1/namespaces/{NS}/brokergroups/scaled/scale"
+    scale = json.loads(api.kubectl("get", "--raw", raw).stdout)
+    # no kubelet here: no slave pod exists, and the status says so
+    assert scale["spec"]["replicas"] == 3 and scale["status"]["replicas"] == 0
+    # the schema still holds through the scale subresource
+    out = api.kubectl("scale", "-n", NS, "bg/scaled", "--replicas=17", check=False)
+    assert out.returncode != 0 and "spec.slaves" in out.stderr, out.stderr
+
+
 def test_operator_has_no_errors_in_its_log(api: kubeapi.ApiServer, operator: Any) -> None:
     log = (api.workdir / "logs" / "operator.log").read_text().splitlines()
     bad = [line for line in log if " 403 " in line or "Forbidden" in line or "Traceback" in line]

@@ -327,7 +327,13 @@ def test_example_objects_parse():
 def test_crd_is_structural_enough():
     crd = yaml.safe_load((ROOT / "crds" / "brokergroup.io_brokergroups.yaml").read_text())
     (version,) = crd["spec"]["versions"]
-    assert version["subresources"] == {"status": {}}
+    assert version["subresources"] == {
+        "status": {},
+        "scale": {
+            "specReplicasPath": ".spec.slaves",
+            "statusReplicasPath": ".status.slaveReplicas",
+        },
+    }
     assert crd["spec"]["names"]["shortNames"] == ["bg"]
     columns = {c["name"] for c in version["additionalPrinterColumns"]}
     assert {"Ready", "Mode", "In-Sync", "Master-Offset", "Max-Lag", "Age"} <= columns

@@ -451,3 +451,16 @@ def test_roll_a_failover_group_switches_mastership_instead_of_restarting_the_mas
         failover=True,
     )
     assert after.delete == "bg-slave-0"
+
+
+def test_slave_replicas_counts_slave_pods_that_exist():
+    """The scale subresource's status replicas: a missing or terminating pod does not count."""
+    status, _ = compute_status(group(), 1, healthy(), None, T0)
+    assert status["slaveReplicas"] == 2
+    obs = healthy()
+    obs.slaves = {
+        1: BrokerReport(pod(1, "10.0.0.11", deleting=True), error="gone"),
+        2: BrokerReport(None),
+    }
+    status, _ = compute_status(group(), 1, obs, None, T0)
+    assert status["slaveReplicas"] == 0
