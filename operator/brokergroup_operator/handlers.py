@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import aiohttp
@@ -34,6 +34,7 @@ from .manifests import (
     LABEL_ROLE,
     MANAGED_BY,
     MASTER,
+    RESTART_ANNOTATION,
     SLAVE,
     SWITCHOVER_ANNOTATION,
     broker_id_of_pod,
@@ -163,6 +164,8 @@ def _owner(body: kopf.Body) -> dict[str, Any]:
 
 
 async def _apply_children(runtime: Runtime, group: GroupSpec, body: kopf.Body) -> None:
+    # every apply carries the restart annotation, or a re-apply would roll the brokers again
+    group = replace(group, restart=(body.metadata.annotations or {}).get(RESTART_ANNOTATION))
     state = runtime.state((group.namespace, group.name))
     state.last_apply = time.monotonic()
     try:
@@ -212,6 +215,29 @@ async def reconcile(
             body, reason="BrokerConfigNotImplemented", message=f"spec.brokerConfig: {warning}"
         )
     await _apply_children(runtime, group, body)
+
+
+@kopf.on.update(GROUP, VERSION, PLURAL, field=("metadata", "annotations", RESTART_ANNOTATION))
+async def restart_requested(
+    body: kopf.Body,
+    spec: kopf.Spec,
+    name: str,
+    namespace: str | None,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+    **_: Any,
+) -> None:
+    """``kubectl annotate bg NAME brokergroup.io/restart=<new value>``: the value goes into the
+    pod templates, so both StatefulSets get a new updateRevision and the timer's rolling step
+    restarts every broker in its safe order (slaves first; the master last, or by switchover)."""
+    assert namespace is not None
+    try:
+        group = parse_spec(name, namespace, spec)
+    except SpecError as exc:
+        logger.warning("restart requested but the spec is refused: %s", exc)
+        return
+    logger.info("restart requested: rolling every broker")
+    await _apply_children(runtime=_runtime(memo), group=group, body=body)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)

@@ -479,6 +479,39 @@ def test_kubectl_scale_sets_the_slaves(api: kubeapi.ApiServer, operator: Any) ->
     assert out.returncode != 0 and "spec.slaves" in out.stderr, out.stderr
 
 
+def test_restart_annotation_reaches_the_pod_templates(
+    api: kubeapi.ApiServer, operator: Any
+) -> None:
+    apply(api, group("bounce", slaves=1))
+
+    def templates() -> dict[str, dict[str, str]]:
+        found = children(api, "bounce")
+        return {
+            sts: found[("StatefulSet", f"bounce-{sts}")]["spec"]["template"]["metadata"][
+                "annotations"
+            ]
+            for sts in ("master", "slave")
+        }
+
+    before = eventually(lambda: len(children(api, "bounce")) == CHILDREN and templates())
+    assert all("brokergroup.io/restart" not in a for a in before.values())
+    for value in ("2026-01-01T00:00:00Z", "again"):
+        api.kubectl(
+            "annotate", "-n", NS, "bg/bounce", f"brokergroup.io/restart={value}", "--overwrite"
+        )
+        eventually(
+            lambda v=value: all(a.get("brokergroup.io/restart") == v for a in templates().values()),
+            what=f"restart={value} in both pod templates",
+        )
+    # the timer's re-apply of a deleted child keeps it (no second roll)
+    api.kubectl("delete", "-n", NS, "statefulset/bounce-slave")
+    eventually(
+        lambda: templates()["slave"].get("brokergroup.io/restart") == "again",
+        timeout=60,
+        what="re-applied slave StatefulSet with the annotation",
+    )
+
+
 def test_operator_has_no_errors_in_its_log(api: kubeapi.ApiServer, operator: Any) -> None:
     log = (api.workdir / "logs" / "operator.log").read_text().splitlines()
     bad = [line for line in log if " 403 " in line or "Forbidden" in line or "Traceback" in line]

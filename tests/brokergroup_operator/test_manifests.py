@@ -566,3 +566,17 @@ def test_crd_template_refuses_the_reserved_labels_and_annotations():
         from brokergroup_operator.spec import POD_FIELDS
 
         assert set(POD_FIELDS) <= set(level)
+
+
+def test_restart_value_rolls_both_statefulsets():
+    from dataclasses import replace
+
+    base = spec()
+    for component in (m.MASTER, m.SLAVE):
+        before = pod_of(base, component)
+        assert m.RESTART_ANNOTATION not in before["metadata"]["annotations"]
+        first = pod_of(replace(base, restart="1"), component)
+        assert first["metadata"]["annotations"][m.RESTART_ANNOTATION] == "1"
+        assert first != before
+        assert pod_of(replace(base, restart="2"), component) != first
+        assert pod_of(replace(base, restart="1"), component) == first
