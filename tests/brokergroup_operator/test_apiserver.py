@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from . import kubeapi
 
 ROOT = kubeapi.ROOT
 CRD = ROOT / "crds" / "brokergroup.io_brokergroups.yaml"
+PEERING_CRD = ROOT / "crds" / "kopf.dev_peerings.yaml"
 RBAC = ROOT / "operator" / "deploy" / "rbac.yaml"
 NS = "bgtest"
 
@@ -510,6 +512,133 @@ def test_restart_annotation_reaches_the_pod_templates(
         timeout=60,
         what="re-applied slave StatefulSet with the annotation",
     )
+
+
+# -- operator HA: two replicas under kopf peering ------------------------------------------
+HA_NS = "bgha"
+PEERING = "bg-ha"
+
+
+def start_operator(api: kubeapi.ApiServer, log: Path, *args: str, **env: str) -> Any:
+    environ = {
+        **os.environ,
+        "KUBECONFIG": str(api.kubeconfig_for("operator-token")),
+        "BROKERGROUP_POLL_INTERVAL": "1",
+        "BROKERGROUP_HTTP_TIMEOUT": "0.5",
+        **env,
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "brokergroup_operator", *args, "--verbose"],
+        env=environ,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+def stop_operator(proc: Any) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_peered_replicas_take_turns(api: kubeapi.ApiServer) -> None:
+    """What the chart runs with replicaCount > 1: only one replica handles BrokerGroups; the
+    other takes over when the first stops."""
+    api.kubectl("apply", "-f", str(PEERING_CRD))
+    api.kubectl("wait", "--for=condition=Established", "crd/kopfpeerings.kopf.dev", "--timeout=30s")
+    api.kubectl("create", "namespace", HA_NS)
+    # the chart's extra rule for a namespaced operator with peering, and its peering object
+    peering_rbac = [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "peering", "namespace": HA_NS},
+            "rules": [
+                {
+                    "apiGroups": ["kopf.dev"],
+                    "resources": ["kopfpeerings"],
+                    "verbs": ["get", "list", "watch", "patch"],
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "peering", "namespace": HA_NS},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "peering",
+            },
+            "subjects": [
+                {
+                    "kind": "User",
+                    "name": "brokergroup-operator",
+                    "apiGroup": "rbac.authorization.k8s.io",
+                }
+            ],
+        },
+        {
+            "apiVersion": "kopf.dev/v1",
+            "kind": "KopfPeering",
+            "metadata": {"name": PEERING, "namespace": HA_NS},
+        },
+    ]
+    api.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(peering_rbac))
+    logs = [api.workdir / "logs" / f"operator-ha-{i}.log" for i in (0, 1)]
+    procs = [start_operator(api, log, "-n", HA_NS, BROKERGROUP_PEERING=PEERING) for log in logs]
+    try:
+
+        def peers() -> int:
+            out = api.kubectl("get", "-n", HA_NS, f"kopfpeering/{PEERING}", "-o", "json")
+            return len(json.loads(out.stdout).get("status") or {})
+
+        eventually(lambda: peers() == 2, what="both replicas in the peering object")
+        paused = eventually(
+            lambda: [i for i, log in enumerate(logs) if "Pausing operations" in log.read_text()],
+            what="one replica pausing",
+        )
+        (standby,) = paused
+        active = 1 - standby
+
+        doc = group("ha", slaves=1)
+        doc["metadata"]["namespace"] = HA_NS
+        apply(api, doc)
+
+        def applied() -> bool:
+            sts = api.kubectl("get", "-n", HA_NS, "statefulset", "ha-slave", check=False)
+            return sts.returncode == 0
+
+        eventually(applied, what="the active replica applies the children")
+        assert "reconcile" in logs[active].read_text()
+        time.sleep(2)  # polls of the active replica happen meanwhile
+        assert "reconcile" not in logs[standby].read_text()
+        assert "poll_group" not in logs[standby].read_text()
+
+        # the active one leaves cleanly (its record goes with it): the standby takes over
+        stop_operator(procs[active])
+        eventually(
+            lambda: "Resuming operations" in logs[standby].read_text(),
+            what="the standby resuming",
+        )
+        api.kubectl("scale", "-n", HA_NS, "bg/ha", "--replicas=2")
+
+        def scaled() -> bool:
+            out = api.kubectl(
+                "get", "-n", HA_NS, "statefulset", "ha-slave", "-o", "jsonpath={.spec.replicas}"
+            )
+            return out.stdout == "2"
+
+        eventually(scaled, what="the former standby handles the scale")
+    finally:
+        for proc in procs:
+            stop_operator(proc)
+        for log in logs:
+            print(log.name, log.read_text()[-3000:])
 
 
 def test_operator_has_no_errors_in_its_log(api: kubeapi.ApiServer, operator: Any) -> None:
