@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
@@ -63,6 +63,8 @@ class Runtime:
     brokers: BrokerAPI
     kube: Kube
     groups: dict[GroupKey, GroupState]
+    #: the brokergroup.io/restart value each group's children were last applied with
+    restarts: dict[GroupKey, str | None] = field(default_factory=dict)
 
     def state(self, key: GroupKey) -> GroupState:
         return self.groups.setdefault(key, GroupState())
@@ -187,6 +189,7 @@ async def _apply_children(runtime: Runtime, group: GroupSpec, body: kopf.Body) -
         return
     state.apply_error = None
     state.applied_generation = int(body.metadata.get("generation") or 0)
+    runtime.restarts[(group.namespace, group.name)] = group.restart
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
@@ -217,8 +220,9 @@ async def reconcile(
     await _apply_children(runtime, group, body)
 
 
-@kopf.on.update(GROUP, VERSION, PLURAL, field=("metadata", "annotations", RESTART_ANNOTATION))
+@kopf.on.event(GROUP, VERSION, PLURAL)
 async def restart_requested(
+    event: kopf.RawEvent,
     body: kopf.Body,
     spec: kopf.Spec,
     name: str,
@@ -227,17 +231,36 @@ async def restart_requested(
     logger: kopf.Logger,
     **_: Any,
 ) -> None:
-    """``kubectl annotate bg NAME brokergroup.io/restart=<new value>``: the value goes into the
-    pod templates, so both StatefulSets get a new updateRevision and the timer's rolling step
-    restarts every broker in its safe order (slaves first; the master last, or by switchover)."""
-    assert namespace is not None
+    """``kubectl annotate bg NAME brokergroup.io/restart=<new value>``: re-apply, so the value
+    reaches the pod templates, both StatefulSets get a new updateRevision and the timer's
+    rolling step restarts every broker in its safe order (slaves first; the master last, or
+    by switchover).
+
+    A raw-event handler, not ``on.update``: kopf leaves annotations under its own prefix
+    (``brokergroup.io/``) out of the diff an update handler sees. Groups not applied yet since
+    the operator started are left to the resume handler, which applies the value anyway.
+    """
+    runtime: Runtime | None = memo.get("runtime")
+    if runtime is None or namespace is None or event.get("type") == "DELETED":
+        return
+    key = (namespace, name)
+    wanted = (body.metadata.annotations or {}).get(RESTART_ANNOTATION)
+    if key not in runtime.restarts or runtime.restarts[key] == wanted:
+        return
     try:
         group = parse_spec(name, namespace, spec)
     except SpecError as exc:
         logger.warning("restart requested but the spec is refused: %s", exc)
         return
-    logger.info("restart requested: rolling every broker")
-    await _apply_children(runtime=_runtime(memo), group=group, body=body)
+    logger.info("restart requested (%s=%s): rolling every broker", RESTART_ANNOTATION, wanted)
+    # recorded first: a child the apiserver rejects is not re-tried on every event (the next
+    # spec change applies the value anyway); a transient failure is retried on the next event
+    previous, runtime.restarts[key] = runtime.restarts[key], wanted
+    try:
+        await _apply_children(runtime, group, body)
+    except kopf.TemporaryError:
+        runtime.restarts[key] = previous
+        raise
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
@@ -247,6 +270,7 @@ async def forget(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) ->
     runtime: Runtime | None = memo.get("runtime")
     if runtime is not None and namespace is not None:
         runtime.groups.pop((namespace, name), None)
+        runtime.restarts.pop((namespace, name), None)
 
 
 # -- the status timer --------------------------------------------------------------------

@@ -545,6 +545,17 @@ def stop_operator(proc: Any) -> None:
             proc.wait()
 
 
+def peering_state(log: Path) -> str:
+    """What kopf last logged about peering: running (resumed) or paused (the initial state)."""
+    state = "paused"
+    for line in log.read_text().splitlines():
+        if "Resuming operations" in line:
+            state = "running"
+        elif "Pausing operations" in line or "Pausing all operators" in line:
+            state = "paused"
+    return state
+
+
 def test_peered_replicas_take_turns(api: kubeapi.ApiServer) -> None:
     """What the chart runs with replicaCount > 1: only one replica handles BrokerGroups; the
     other takes over when the first stops."""
@@ -598,12 +609,16 @@ def test_peered_replicas_take_turns(api: kubeapi.ApiServer) -> None:
             return len(json.loads(out.stdout).get("status") or {})
 
         eventually(lambda: peers() == 2, what="both replicas in the peering object")
-        paused = eventually(
-            lambda: [i for i, log in enumerate(logs) if "Pausing operations" in log.read_text()],
-            what="one replica pausing",
-        )
-        (standby,) = paused
-        active = 1 - standby
+
+        # kopf starts every replica paused until it has seen its peers; once both records are
+        # in, the one of highest priority runs and the other is (or goes back to) paused
+        def running() -> list[int]:
+            return [i for i, log in enumerate(logs) if peering_state(log) == "running"]
+
+        (active,) = eventually(lambda: len(running()) == 1 and running(), what="one replica")
+        standby = 1 - active
+        time.sleep(2)
+        assert running() == [active]
 
         doc = group("ha", slaves=1)
         doc["metadata"]["namespace"] = HA_NS
@@ -621,10 +636,7 @@ def test_peered_replicas_take_turns(api: kubeapi.ApiServer) -> None:
 
         # the active one leaves cleanly (its record goes with it): the standby takes over
         stop_operator(procs[active])
-        eventually(
-            lambda: "Resuming operations" in logs[standby].read_text(),
-            what="the standby resuming",
-        )
+        eventually(lambda: peering_state(logs[standby]) == "running", what="the standby resuming")
         api.kubectl("scale", "-n", HA_NS, "bg/ha", "--replicas=2")
 
         def scaled() -> bool:
