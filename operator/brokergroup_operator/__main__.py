@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import random
 
 import kopf
 
@@ -45,10 +46,18 @@ def main(argv: list[str] | None = None) -> None:
     kopf.run(
         standalone=not handlers.SETTINGS.peering,
         peering_name=handlers.SETTINGS.peering or None,
+        priority=peering_priority(),
         clusterwide=not namespaces,
         namespaces=namespaces,
         liveness_endpoint=args.liveness,
     )
+
+
+def peering_priority() -> int:
+    """A random kopf peering priority per process: kopf pauses every operator that sees a peer
+    of the same priority, so equal replicas would all stand still; with distinct priorities the
+    highest handles events and the others stand by until its record is gone."""
+    return random.SystemRandom().randrange(1, 2**31)
 
 
 if __name__ == "__main__":

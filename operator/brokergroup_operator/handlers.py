@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
@@ -35,6 +35,7 @@ from .manifests import (
     LABEL_ROLE,
     MANAGED_BY,
     MASTER,
+    RESTART_ANNOTATION,
     SLAVE,
     SWITCHOVER_ANNOTATION,
     broker_id_of_pod,
@@ -64,6 +65,8 @@ class Runtime:
     brokers: BrokerAPI
     kube: Kube
     groups: dict[GroupKey, GroupState]
+    #: the brokergroup.io/restart value each group's children were last applied with
+    restarts: dict[GroupKey, str | None] = field(default_factory=dict)
 
     def state(self, key: GroupKey) -> GroupState:
         return self.groups.setdefault(key, GroupState())
@@ -250,6 +253,8 @@ class GroupRef:
     uid: str
     spec: Mapping[str, Any]
     deleting: bool
+    #: its brokergroup.io/restart annotation: part of every child it is rebuilt into
+    restart: str | None = None
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
@@ -265,6 +270,7 @@ def broker_groups(
             uid=str(meta.get("uid", "")),
             spec=dict(spec),
             deleting=meta.get("deletionTimestamp") is not None,
+            restart=(meta.get("annotations") or {}).get(RESTART_ANNOTATION),
         )
     }
 
@@ -310,6 +316,8 @@ def _desired(
 async def _apply_children(
     runtime: Runtime, group: GroupSpec, body: kopf.Body, stses: kopf.Index[GroupKey, StsInfo]
 ) -> None:
+    # every apply carries the restart annotation, or a re-apply would roll the brokers again
+    group = replace(group, restart=(body.metadata.annotations or {}).get(RESTART_ANNOTATION))
     state = runtime.state((group.namespace, group.name))
     state.last_apply = time.monotonic()
     try:
@@ -327,6 +335,7 @@ async def _apply_children(
         return
     state.apply_error = None
     state.applied_generation = int(body.metadata.get("generation") or 0)
+    runtime.restarts[(group.namespace, group.name)] = group.restart
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
@@ -357,6 +366,49 @@ async def reconcile(
     await _apply_children(runtime, group, body, kwargs["broker_statefulsets"])
 
 
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def restart_requested(
+    event: kopf.RawEvent,
+    body: kopf.Body,
+    spec: kopf.Spec,
+    name: str,
+    namespace: str | None,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+    **kwargs: Any,
+) -> None:
+    """``kubectl annotate bg NAME brokergroup.io/restart=<new value>``: re-apply, so the value
+    reaches the pod templates, both StatefulSets get a new updateRevision and the timer's
+    rolling step restarts every broker in its safe order (slaves first; the master last, or
+    by switchover).
+
+    A raw-event handler, not ``on.update``: kopf leaves annotations under its own prefix
+    (``brokergroup.io/``) out of the diff an update handler sees. Groups not applied yet since
+    the operator started are left to the resume handler, which applies the value anyway.
+    """
+    runtime: Runtime | None = memo.get("runtime")
+    if runtime is None or namespace is None or event.get("type") == "DELETED":
+        return
+    key = (namespace, name)
+    wanted = (body.metadata.annotations or {}).get(RESTART_ANNOTATION)
+    if key not in runtime.restarts or runtime.restarts[key] == wanted:
+        return
+    try:
+        group = parse_spec(name, namespace, spec)
+    except SpecError as exc:
+        logger.warning("restart requested but the spec is refused: %s", exc)
+        return
+    logger.info("restart requested (%s=%s): rolling every broker", RESTART_ANNOTATION, wanted)
+    # recorded first: a child the apiserver rejects is not re-tried on every event (the next
+    # spec change applies the value anyway); a transient failure is retried on the next event
+    previous, runtime.restarts[key] = runtime.restarts[key], wanted
+    try:
+        await _apply_children(runtime, group, body, kwargs["broker_statefulsets"])
+    except kopf.TemporaryError:
+        runtime.restarts[key] = previous
+        raise
+
+
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
 async def forget(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
     """Drop the in-memory state of a deleted group. ``optional``: this handler never holds up
@@ -365,6 +417,7 @@ async def forget(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) ->
     if runtime is not None and namespace is not None:
         runtime.groups.pop((namespace, name), None)
         metrics.forget(namespace, name)
+        runtime.restarts.pop((namespace, name), None)
 
 
 # -- drift: every child watched, restored when deleted or edited -------------------------
@@ -388,6 +441,7 @@ async def repair_child(
         group = parse_spec(ref.name, namespace, ref.spec)
     except SpecError:
         return  # the reconcile handler reports it; the children stay as last applied
+    group = replace(group, restart=ref.restart)
     runtime = _runtime(memo)
     desired = find_child(
         _desired(runtime, group, {"name": ref.name, "uid": ref.uid}, kwargs["broker_statefulsets"]),

@@ -41,8 +41,18 @@ CONFIG_HASH_ANNOTATION = "brokergroup.io/config-hash"
 LABEL_ROLE = "brokergroup.io/role"
 #: annotation on a BrokerGroup asking the operator to move mastership to the named pod
 SWITCHOVER_ANNOTATION = "brokergroup.io/switchover-to"
+#: annotation on a BrokerGroup: a new value rolls every broker (copied into the pod template)
+RESTART_ANNOTATION = "brokergroup.io/restart"
 MASTER = "master"
 SLAVE = "slave"
+#: what spec.template may not set: the operator's selectors, index filter and role label, and
+#: the annotations that decide restarts
+RESERVED_POD_LABELS = frozenset(
+    {LABEL_NAME, LABEL_INSTANCE, LABEL_COMPONENT, LABEL_MANAGED_BY, LABEL_GROUP, LABEL_ROLE}
+)
+RESERVED_POD_ANNOTATIONS = frozenset({CONFIG_HASH_ANNOTATION, RESTART_ANNOTATION})
+#: the default scheduling: spread the group's brokers over nodes where possible
+HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 
 #: keys applied at runtime through the admin API; kept out of the restart hash
 RUNTIME_POLICY_KEYS = ("slaveReadEnable", "accessMessageInMemoryMaxRatio")
@@ -294,6 +304,39 @@ def namesrv_service(spec: GroupSpec, owner: Mapping[str, Any]) -> Manifest:
 
 
 # -- StatefulSets ------------------------------------------------------------------------
+#: the broker pods' securityContext unless spec.template overrides a key: the habroker image
+#: runs as uid 10001, fsGroup makes the volume writable for it
+POD_SECURITY_CONTEXT: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "fsGroup": 10001,
+    "fsGroupChangePolicy": "OnRootMismatch",
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+
+def default_affinity(group: str) -> dict[str, Any]:
+    """A soft podAntiAffinity between all brokers of the group (not per StatefulSet: with
+    failover the master is any pod), so a master and its slaves avoid sharing a node but still
+    schedule on a cluster with fewer nodes than brokers."""
+    return {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "labelSelector": {"matchLabels": selector_labels(group)},
+                        "topologyKey": HOSTNAME_TOPOLOGY,
+                    },
+                }
+            ]
+        }
+    }
+
+
 def _container(spec: GroupSpec, component: str, cluster_domain: str) -> dict[str, Any]:
     conf = f"{CONF_DIR}/{CONF_FILE}"
     env: list[dict[str, Any]] = [
@@ -353,8 +396,8 @@ def _container(spec: GroupSpec, component: str, cluster_domain: str) -> dict[str
             "failureThreshold": 3,
         },
         "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
+            **CONTAINER_SECURITY_CONTEXT,
+            **spec.template.for_component(component).container_security_context,
         },
     }
     if spec.resources:
@@ -362,6 +405,38 @@ def _container(spec: GroupSpec, component: str, cluster_domain: str) -> dict[str
             k: dict(v) for k, v in spec.resources.items() if k in ("requests", "limits") and v
         }
     return container
+
+
+def pod_template(
+    spec: GroupSpec, component: str, cluster_domain: str, volumes: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The StatefulSet's pod template: the operator's labels, probes and wiring with
+    spec.template applied (``pod``, then the component's overrides). Any change here changes
+    the StatefulSet's updateRevision, so ``rolling`` restarts the brokers in its order."""
+    overrides = spec.template.for_component(component)
+    annotations = {**overrides.annotations, CONFIG_HASH_ANNOTATION: config_hash(spec)}
+    if spec.restart:
+        annotations[RESTART_ANNOTATION] = spec.restart
+    pod_spec: dict[str, Any] = {
+        "terminationGracePeriodSeconds": 30,
+        "enableServiceLinks": False,
+        "affinity": default_affinity(spec.name),
+        **{k: v for k, v in overrides.pod_spec.items() if k != "securityContext"},
+        "securityContext": {
+            **POD_SECURITY_CONTEXT,
+            **overrides.pod_spec.get("securityContext", {}),
+        },
+        "containers": [_container(spec, component, cluster_domain)],
+        "volumes": volumes,
+    }
+    return {
+        "metadata": {
+            # the operator's labels last: validate() refuses overrides of them anyway
+            "labels": {**overrides.labels, **common_labels(spec.name, component)},
+            "annotations": annotations,
+        },
+        "spec": pod_spec,
+    }
 
 
 def statefulset(
@@ -390,25 +465,7 @@ def statefulset(
         "podManagementPolicy": "Parallel",
         "updateStrategy": {"type": "OnDelete"},
         "selector": {"matchLabels": selector_labels(spec.name, component)},
-        "template": {
-            "metadata": {
-                "labels": common_labels(spec.name, component),
-                "annotations": {CONFIG_HASH_ANNOTATION: config_hash(spec)},
-            },
-            "spec": {
-                "terminationGracePeriodSeconds": 30,
-                "enableServiceLinks": False,
-                # The habroker image runs as uid 10001; fsGroup makes the volume writable for it.
-                "securityContext": {
-                    "runAsNonRoot": True,
-                    "fsGroup": 10001,
-                    "fsGroupChangePolicy": "OnRootMismatch",
-                    "seccompProfile": {"type": "RuntimeDefault"},
-                },
-                "containers": [_container(spec, component, cluster_domain)],
-                "volumes": volumes,
-            },
-        },
+        "template": pod_template(spec, component, cluster_domain, volumes),
     }
     if not spec.ephemeral:
         claim_spec: dict[str, Any] = {

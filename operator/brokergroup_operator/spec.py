@@ -38,6 +38,19 @@ RESERVED_KEYS = frozenset(
 
 AUTO = "auto"
 
+#: the pod-spec fields ``spec.template.{pod,master,slave}`` may set, as the CRD spells them
+POD_FIELDS = (
+    "affinity",
+    "tolerations",
+    "nodeSelector",
+    "topologySpreadConstraints",
+    "priorityClassName",
+    "serviceAccountName",
+    "imagePullSecrets",
+    "securityContext",
+)
+TEMPLATE_ROLES = ("pod", "master", "slave")
+
 
 class SpecError(ValueError):
     """A spec the schema let through but the operator cannot run; ``field`` names it."""
@@ -58,6 +71,48 @@ class ReadPolicy:
     @property
     def auto(self) -> bool:
         return self.which_broker_when_consume_slowly == AUTO
+
+
+@dataclass(frozen=True)
+class PodOverrides:
+    """One level of ``spec.template`` (``pod``, ``master`` or ``slave``), Strimzi-style.
+
+    ``pod_spec`` holds the :data:`POD_FIELDS` the user set, as Kubernetes objects; the operator
+    does not model affinity or tolerations itself, the apiserver validates them on the
+    StatefulSet.
+    """
+
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    pod_spec: Mapping[str, Any] = field(default_factory=dict)
+    container_security_context: Mapping[str, Any] = field(default_factory=dict)
+
+    def over(self, base: PodOverrides) -> PodOverrides:
+        """These overrides on top of ``base``: labels and annotations merge key by key, a
+        pod-spec field set here replaces the base's whole field."""
+        return PodOverrides(
+            labels={**base.labels, **self.labels},
+            annotations={**base.annotations, **self.annotations},
+            pod_spec={**base.pod_spec, **self.pod_spec},
+            container_security_context={
+                **base.container_security_context,
+                **self.container_security_context,
+            },
+        )
+
+
+@dataclass(frozen=True)
+class PodTemplate:
+    """``spec.template``: overrides for every broker pod, then per StatefulSet."""
+
+    pod: PodOverrides = field(default_factory=PodOverrides)
+    master: PodOverrides = field(default_factory=PodOverrides)
+    slave: PodOverrides = field(default_factory=PodOverrides)
+
+    def for_component(self, component: str) -> PodOverrides:
+        """What the ``master`` or ``slave`` StatefulSet's pods get: the role's over ``pod``."""
+        role = self.master if component == "master" else self.slave
+        return role.over(self.pod)
 
 
 @dataclass(frozen=True)
@@ -86,6 +141,11 @@ class GroupSpec:
     failover_preferred_master: str | None = None
     #: a slave is shown in sync only within this many bytes of the master (spec.inSyncMaxLagBytes)
     in_sync_max_lag_bytes: int = 4 << 20
+    #: spec.template: labels, annotations and scheduling of the broker pods
+    template: PodTemplate = field(default_factory=PodTemplate)
+    #: the BrokerGroup's ``brokergroup.io/restart`` annotation (not spec): a new value rolls
+    #: every broker, see ``manifests.RESTART_ANNOTATION``
+    restart: str | None = None
 
     @property
     def master_role(self) -> str:
@@ -95,6 +155,36 @@ class GroupSpec:
 def _get(mapping: Mapping[str, Any], key: str, default: Any) -> Any:
     value = mapping.get(key)
     return default if value is None else value
+
+
+def _string_map(value: Any, path: str) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise SpecError(path, "must be a map of strings")
+    return {str(k): str(v) for k, v in value.items()}
+
+
+def _overrides(raw: Any, path: str) -> PodOverrides:
+    if raw is None:
+        return PodOverrides()
+    if not isinstance(raw, Mapping):
+        raise SpecError(path, "must be an object")
+    meta = _get(raw, "metadata", {})
+    container = _get(raw, "container", {})
+    return PodOverrides(
+        labels=_string_map(_get(meta, "labels", {}), f"{path}.metadata.labels"),
+        annotations=_string_map(_get(meta, "annotations", {}), f"{path}.metadata.annotations"),
+        pod_spec={k: raw[k] for k in POD_FIELDS if raw.get(k) is not None},
+        container_security_context=dict(_get(container, "securityContext", {})),
+    )
+
+
+def parse_template(raw: Any) -> PodTemplate:
+    """``spec.template`` as typed overrides; what it may not set is checked in validate."""
+    raw = raw or {}
+    if not isinstance(raw, Mapping):
+        raise SpecError("spec.template", "must be an object")
+    levels = {role: _overrides(raw.get(role), f"spec.template.{role}") for role in TEMPLATE_ROLES}
+    return PodTemplate(**levels)
 
 
 def parse_spec(name: str, namespace: str, spec: Mapping[str, Any]) -> GroupSpec:
@@ -134,6 +224,7 @@ def parse_spec(name: str, namespace: str, spec: Mapping[str, Any]) -> GroupSpec:
         failover_master_lost_seconds=float(_get(failover, "masterLostSeconds", 10)),
         failover_preferred_master=failover.get("preferredMaster") or None,
         in_sync_max_lag_bytes=int(_get(spec, "inSyncMaxLagBytes", 4 << 20)),
+        template=parse_template(spec.get("template")),
     )
     validate(group)
     return group
@@ -184,7 +275,27 @@ def validate(spec: GroupSpec) -> None:
             f"must not set {', '.join(reserved)}: the operator sets it from other spec fields",
             reason="InvalidBrokerConfig",
         )
+    _validate_template(spec.template)
     _slave_config(spec)
+
+
+def _validate_template(template: PodTemplate) -> None:
+    """Labels and annotations the operator relies on cannot be overridden: the selectors of
+    the StatefulSets and Services, the pod index, the role label, the restart triggers."""
+    from .manifests import RESERVED_POD_ANNOTATIONS, RESERVED_POD_LABELS
+
+    for role in TEMPLATE_ROLES:
+        level: PodOverrides = getattr(template, role)
+        for kind, mine, reserved in (
+            ("labels", level.labels, RESERVED_POD_LABELS),
+            ("annotations", level.annotations, RESERVED_POD_ANNOTATIONS),
+        ):
+            taken = sorted(reserved & set(mine))
+            if taken:
+                raise SpecError(
+                    f"spec.template.{role}.metadata.{kind}",
+                    f"must not set {', '.join(taken)}: the operator sets it",
+                )
 
 
 def _slave_config(spec: GroupSpec) -> BrokerConfig:

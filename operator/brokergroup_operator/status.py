@@ -237,6 +237,12 @@ def _ids(entries: Sequence[JSON]) -> str:
     return ", ".join(str(e["brokerId"]) for e in entries)
 
 
+def slave_replicas(slaves: Mapping[int, BrokerReport]) -> int:
+    """``.status.slaveReplicas``, the scale subresource's current count: slave pods that
+    exist and are not being deleted (``kubectl scale`` sets ``spec.slaves``)."""
+    return sum(1 for r in slaves.values() if r.pod is not None and not r.pod.deleting)
+
+
 def compute_status(
     spec: GroupSpec,
     generation: int,
@@ -386,6 +392,7 @@ def compute_status(
         "observedGeneration": generation,
         "phase": phase,
         "inSyncSlaves": f"{len(in_sync)}/{spec.slaves}",
+        "slaveReplicas": slave_replicas(obs.slaves),
         "maxLagBytes": max_lag,
         "conditions": cond,
         "master": master_out,
@@ -509,6 +516,7 @@ MANAGED_STATUS_KEYS = frozenset(
         "observedGeneration",
         "phase",
         "inSyncSlaves",
+        "slaveReplicas",
         "maxLagBytes",
         "conditions",
         "master",

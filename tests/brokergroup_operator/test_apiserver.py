@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from . import kubeapi
 
 ROOT = kubeapi.ROOT
 CRD = ROOT / "crds" / "brokergroup.io_brokergroups.yaml"
+PEERING_CRD = ROOT / "crds" / "kopf.dev_peerings.yaml"
 RBAC = ROOT / "operator" / "deploy" / "rbac.yaml"
 NS = "bgtest"
 
@@ -384,6 +386,17 @@ def test_drift_is_repaired(api: kubeapi.ApiServer, operator: Any) -> None:
     naming it."""
     apply(api, group("drift", slaves=2))
     eventually(lambda: len(children(api, "drift")) == CHILDREN, what="children")
+    # a restart asked earlier: a repaired child keeps it (or repairing would roll the brokers)
+    api.kubectl("annotate", "-n", NS, "bg/drift", "brokergroup.io/restart=r1")
+    eventually(
+        lambda: (
+            children(api, "drift")[("StatefulSet", "drift-slave")]["spec"]["template"]["metadata"][
+                "annotations"
+            ].get("brokergroup.io/restart")
+            == "r1"
+        ),
+        what="the restart annotation in the pod templates",
+    )
     eventually(lambda: get(api, "networkpolicy/drift-brokers"), what="the NetworkPolicy")
     deleted = [
         ("ConfigMap", "configmap/drift-config"),
@@ -440,6 +453,9 @@ def test_drift_is_repaired(api: kubeapi.ApiServer, operator: Any) -> None:
         }
 
     eventually(lambda: all((r := restored()).values()) or r, timeout=15, what="edits reverted")
+    for sts in ("drift-master", "drift-slave"):
+        template = children(api, "drift")[("StatefulSet", sts)]["spec"]["template"]
+        assert template["metadata"]["annotations"]["brokergroup.io/restart"] == "r1", sts
     messages = repaired_events(api, "drift")
     for kind, name, field in [
         ("ConfigMap", "drift-config", "data.broker.conf"),
@@ -659,6 +675,239 @@ def test_failover_group_records_its_assignment_and_waits_without_an_eligible_sla
     table = api.kubectl("get", "-n", NS, "bg", "ledger").stdout
     assert "MASTER" in table.splitlines()[0]
     api.kubectl("delete", "-n", NS, "bg/ledger", "--timeout=30s")
+
+
+def test_template_reaches_the_statefulsets(api: kubeapi.ApiServer, operator: Any) -> None:
+    toleration = {"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}
+    apply(
+        api,
+        group(
+            "placed",
+            slaves=2,
+            template={
+                "pod": {
+                    "metadata": {"labels": {"team": "mq"}},
+                    "tolerations": [toleration],
+                    "securityContext": {"runAsUser": 20000},
+                },
+                "slave": {"nodeSelector": {"kubernetes.io/hostname": "node-b"}},
+            },
+        ),
+    )
+    found = eventually(
+        lambda: len(children(api, "placed")) == CHILDREN and children(api, "placed"),
+        what="children",
+    )
+    master = found[("StatefulSet", "placed-master")]["spec"]["template"]
+    slave = found[("StatefulSet", "placed-slave")]["spec"]["template"]
+    for pod in (master, slave):
+        assert pod["metadata"]["labels"]["team"] == "mq"
+        assert pod["spec"]["tolerations"] == [toleration]
+        assert pod["spec"]["securityContext"]["runAsUser"] == 20000
+        assert pod["spec"]["securityContext"]["fsGroup"] == 10001
+        anti = pod["spec"]["affinity"]["podAntiAffinity"]
+        (term,) = anti["preferredDuringSchedulingIgnoredDuringExecution"]
+        assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert slave["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "node-b"}
+    assert "nodeSelector" not in master["spec"]
+
+    # the schema refuses the operator's own labels, naming the field
+    bad = group(
+        "placed", template={"master": {"metadata": {"labels": {"brokergroup.io/role": "x"}}}}
+    )
+    out = apply(api, bad, check=False)
+    assert out.returncode != 0
+    assert "spec.template.master.metadata.labels" in out.stderr
+
+
+def test_kubectl_scale_sets_the_slaves(api: kubeapi.ApiServer, operator: Any) -> None:
+    apply(api, group("scaled", slaves=1))
+    eventually(lambda: "slaveReplicas" in (get(api, "bg/scaled").get("status") or {}))
+    api.kubectl("scale", "-n", NS, "bg/scaled", "--replicas=3")
+    assert get(api, "bg/scaled")["spec"]["slaves"] == 3
+    eventually(
+        lambda: children(api, "scaled")[("StatefulSet", "scaled-slave")]["spec"]["replicas"] == 3,
+        what="the slave StatefulSet scaled",
+    )
+    raw = f"/apis/brokergroup.io/v1alpha1/namespaces/{NS}/brokergroups/scaled/scale"
+    scale = json.loads(api.kubectl("get", "--raw", raw).stdout)
+    # no kubelet here: no slave pod exists, and the status says so
+    assert scale["spec"]["replicas"] == 3 and scale["status"]["replicas"] == 0
+    # the schema still holds through the scale subresource
+    out = api.kubectl("scale", "-n", NS, "bg/scaled", "--replicas=17", check=False)
+    assert out.returncode != 0 and "spec.slaves" in out.stderr, out.stderr
+
+
+def test_restart_annotation_reaches_the_pod_templates(
+    api: kubeapi.ApiServer, operator: Any
+) -> None:
+    apply(api, group("bounce", slaves=1))
+
+    def templates() -> dict[str, dict[str, str]]:
+        found = children(api, "bounce")
+        return {
+            sts: found[("StatefulSet", f"bounce-{sts}")]["spec"]["template"]["metadata"][
+                "annotations"
+            ]
+            for sts in ("master", "slave")
+        }
+
+    before = eventually(lambda: len(children(api, "bounce")) == CHILDREN and templates())
+    assert all("brokergroup.io/restart" not in a for a in before.values())
+    for value in ("2026-01-01T00:00:00Z", "again"):
+        api.kubectl(
+            "annotate", "-n", NS, "bg/bounce", f"brokergroup.io/restart={value}", "--overwrite"
+        )
+        eventually(
+            lambda v=value: all(a.get("brokergroup.io/restart") == v for a in templates().values()),
+            what=f"restart={value} in both pod templates",
+        )
+    # the timer's re-apply of a deleted child keeps it (no second roll)
+    api.kubectl("delete", "-n", NS, "statefulset/bounce-slave")
+    eventually(
+        lambda: templates()["slave"].get("brokergroup.io/restart") == "again",
+        timeout=60,
+        what="re-applied slave StatefulSet with the annotation",
+    )
+
+
+# -- operator HA: two replicas under kopf peering ------------------------------------------
+HA_NS = "bgha"
+PEERING = "bg-ha"
+
+
+def start_operator(api: kubeapi.ApiServer, log: Path, *args: str, **env: str) -> Any:
+    environ = {
+        **os.environ,
+        "KUBECONFIG": str(api.kubeconfig_for("operator-token")),
+        "BROKERGROUP_POLL_INTERVAL": "1",
+        "BROKERGROUP_HTTP_TIMEOUT": "0.5",
+        **env,
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "brokergroup_operator", *args, "--verbose"],
+        env=environ,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+def stop_operator(proc: Any) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def peering_state(log: Path) -> str:
+    """What kopf last logged about peering: running (resumed) or paused (the initial state)."""
+    state = "paused"
+    for line in log.read_text().splitlines():
+        if "Resuming operations" in line:
+            state = "running"
+        elif "Pausing operations" in line or "Pausing all operators" in line:
+            state = "paused"
+    return state
+
+
+def test_peered_replicas_take_turns(api: kubeapi.ApiServer) -> None:
+    """What the chart runs with replicaCount > 1: only one replica handles BrokerGroups; the
+    other takes over when the first stops."""
+    api.kubectl("apply", "-f", str(PEERING_CRD))
+    api.kubectl("wait", "--for=condition=Established", "crd/kopfpeerings.kopf.dev", "--timeout=30s")
+    api.kubectl("create", "namespace", HA_NS)
+    # the chart's extra rule for a namespaced operator with peering, and its peering object
+    peering_rbac = [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "peering", "namespace": HA_NS},
+            "rules": [
+                {
+                    "apiGroups": ["kopf.dev"],
+                    "resources": ["kopfpeerings"],
+                    "verbs": ["get", "list", "watch", "patch"],
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "peering", "namespace": HA_NS},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "peering",
+            },
+            "subjects": [
+                {
+                    "kind": "User",
+                    "name": "brokergroup-operator",
+                    "apiGroup": "rbac.authorization.k8s.io",
+                }
+            ],
+        },
+        {
+            "apiVersion": "kopf.dev/v1",
+            "kind": "KopfPeering",
+            "metadata": {"name": PEERING, "namespace": HA_NS},
+        },
+    ]
+    api.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(peering_rbac))
+    logs = [api.workdir / "logs" / f"operator-ha-{i}.log" for i in (0, 1)]
+    procs = [start_operator(api, log, "-n", HA_NS, BROKERGROUP_PEERING=PEERING) for log in logs]
+    try:
+
+        def peers() -> int:
+            out = api.kubectl("get", "-n", HA_NS, f"kopfpeering/{PEERING}", "-o", "json")
+            return len(json.loads(out.stdout).get("status") or {})
+
+        eventually(lambda: peers() == 2, what="both replicas in the peering object")
+
+        # kopf starts every replica paused until it has seen its peers; once both records are
+        # in, the one of highest priority runs and the other is (or goes back to) paused
+        def running() -> list[int]:
+            return [i for i, log in enumerate(logs) if peering_state(log) == "running"]
+
+        (active,) = eventually(lambda: len(running()) == 1 and running(), what="one replica")
+        standby = 1 - active
+        time.sleep(2)
+        assert running() == [active]
+
+        doc = group("ha", slaves=1)
+        doc["metadata"]["namespace"] = HA_NS
+        apply(api, doc)
+
+        def applied() -> bool:
+            sts = api.kubectl("get", "-n", HA_NS, "statefulset", "ha-slave", check=False)
+            return sts.returncode == 0
+
+        eventually(applied, what="the active replica applies the children")
+        assert "reconcile" in logs[active].read_text()
+        time.sleep(2)  # polls of the active replica happen meanwhile
+        assert "reconcile" not in logs[standby].read_text()
+        assert "poll_group" not in logs[standby].read_text()
+
+        # the active one leaves cleanly (its record goes with it): the standby takes over
+        stop_operator(procs[active])
+        eventually(lambda: peering_state(logs[standby]) == "running", what="the standby resuming")
+        api.kubectl("scale", "-n", HA_NS, "bg/ha", "--replicas=2")
+
+        def scaled() -> bool:
+            out = api.kubectl(
+                "get", "-n", HA_NS, "statefulset", "ha-slave", "-o", "jsonpath={.spec.replicas}"
+            )
+            return out.stdout == "2"
+
+        eventually(scaled, what="the former standby handles the scale")
+    finally:
+        for proc in procs:
+            stop_operator(proc)
+        for log in logs:
+            print(log.name, log.read_text()[-3000:])
 
 
 def test_operator_has_no_errors_in_its_log(api: kubeapi.ApiServer, operator: Any) -> None:

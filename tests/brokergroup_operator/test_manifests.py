@@ -327,7 +327,13 @@ def test_example_objects_parse():
 def test_crd_is_structural_enough():
     crd = yaml.safe_load((ROOT / "crds" / "brokergroup.io_brokergroups.yaml").read_text())
     (version,) = crd["spec"]["versions"]
-    assert version["subresources"] == {"status": {}}
+    assert version["subresources"] == {
+        "status": {},
+        "scale": {
+            "specReplicasPath": ".spec.slaves",
+            "statusReplicasPath": ".status.slaveReplicas",
+        },
+    }
     assert crd["spec"]["names"]["shortNames"] == ["bg"]
     columns = {c["name"] for c in version["additionalPrinterColumns"]}
     assert {"Ready", "Mode", "In-Sync", "Master-Offset", "Max-Lag", "Age"} <= columns
@@ -422,3 +428,177 @@ def test_every_field_is_described_for_kubectl_explain():
     for section in ("spec", "status"):
         walk(root["properties"][section], section)
     assert not missing, "fields without a description: " + ", ".join(missing)
+
+
+# -- spec.template: labels, annotations, scheduling ---------------------------------------
+def pod_of(group, component):
+    return m.statefulset(group, OWNER, component)["spec"]["template"]
+
+
+def test_default_affinity_spreads_all_brokers_of_the_group_softly():
+    for component in (m.MASTER, m.SLAVE):
+        affinity = pod_of(spec(), component)["spec"]["affinity"]
+        (term,) = affinity["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+        assert term["weight"] == 100
+        # the whole group (not the component): with failover any pod may be master
+        assert term["podAffinityTerm"] == {
+            "labelSelector": {"matchLabels": {"brokergroup.io/group": "bg"}},
+            "topologyKey": "kubernetes.io/hostname",
+        }
+        assert "requiredDuringSchedulingIgnoredDuringExecution" not in affinity["podAntiAffinity"]
+
+
+TOLERATION = {"key": "dedicated", "operator": "Equal", "value": "mq", "effect": "NoSchedule"}
+NODE_AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]}
+            ]
+        }
+    }
+}
+
+
+def test_template_pod_level_applies_to_every_broker_and_roles_override_it():
+    group = spec(
+        template={
+            "pod": {
+                "metadata": {"labels": {"team": "mq"}, "annotations": {"a": "pod"}},
+                "tolerations": [TOLERATION],
+                "nodeSelector": {"zone": "a"},
+                "priorityClassName": "brokers",
+                "serviceAccountName": "broker-sa",
+                "imagePullSecrets": [{"name": "regcred"}],
+                "topologySpreadConstraints": [
+                    {
+                        "maxSkew": 1,
+                        "topologyKey": "zone",
+                        "whenUnsatisfiable": "DoNotSchedule",
+                        "labelSelector": {"matchLabels": {"brokergroup.io/group": "bg"}},
+                    }
+                ],
+            },
+            "master": {
+                "metadata": {"labels": {"tier": "master"}, "annotations": {"a": "master"}},
+                "nodeSelector": {"zone": "b"},
+                "affinity": NODE_AFFINITY,
+            },
+        }
+    )
+    master, slave = pod_of(group, m.MASTER), pod_of(group, m.SLAVE)
+    for pod in (master, slave):
+        assert pod["metadata"]["labels"]["team"] == "mq"
+        assert pod["spec"]["tolerations"] == [TOLERATION]
+        assert pod["spec"]["priorityClassName"] == "brokers"
+        assert pod["spec"]["serviceAccountName"] == "broker-sa"
+        assert pod["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
+        assert pod["spec"]["topologySpreadConstraints"][0]["topologyKey"] == "zone"
+        # the operator's labels and hash survive
+        assert pod["metadata"]["labels"]["brokergroup.io/group"] == "bg"
+        assert "brokergroup.io/config-hash" in pod["metadata"]["annotations"]
+    assert master["metadata"]["labels"]["tier"] == "master"
+    assert "tier" not in slave["metadata"]["labels"]
+    assert master["metadata"]["annotations"]["a"] == "master"
+    assert slave["metadata"]["annotations"]["a"] == "pod"
+    assert master["spec"]["nodeSelector"] == {"zone": "b"}
+    assert slave["spec"]["nodeSelector"] == {"zone": "a"}
+    # a user affinity replaces the default anti-affinity, only where it is given
+    assert master["spec"]["affinity"] == NODE_AFFINITY
+    assert "podAntiAffinity" in slave["spec"]["affinity"]
+
+
+def test_template_security_contexts_merge_over_the_operators():
+    group = spec(
+        template={
+            "pod": {
+                "securityContext": {"runAsUser": 20000, "fsGroup": 20000},
+                "container": {"securityContext": {"readOnlyRootFilesystem": True}},
+            },
+            "slave": {"container": {"securityContext": {"runAsUser": 30000}}},
+        }
+    )
+    master, slave = pod_of(group, m.MASTER)["spec"], pod_of(group, m.SLAVE)["spec"]
+    assert master["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 20000,
+        "fsGroup": 20000,
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert master["containers"][0]["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
+    }
+    assert slave["containers"][0]["securityContext"]["runAsUser"] == 30000
+    assert slave["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_template_changes_change_the_pod_template_and_so_roll():
+    base = pod_of(spec(), m.SLAVE)
+    assert pod_of(spec(template={"slave": {"nodeSelector": {"a": "b"}}}), m.SLAVE) != base
+    assert pod_of(spec(template={"slave": {"nodeSelector": {"a": "b"}}}), m.MASTER) == pod_of(
+        spec(), m.MASTER
+    )
+    assert pod_of(spec(template={"pod": {"metadata": {"labels": {"x": "y"}}}}), m.SLAVE) != base
+
+
+@pytest.mark.parametrize(
+    ("template", "field"),
+    [
+        (
+            {"pod": {"metadata": {"labels": {"brokergroup.io/group": "other"}}}},
+            "spec.template.pod.metadata.labels",
+        ),
+        (
+            {"slave": {"metadata": {"labels": {"app.kubernetes.io/component": "master"}}}},
+            "spec.template.slave.metadata.labels",
+        ),
+        (
+            {"master": {"metadata": {"labels": {"brokergroup.io/role": "slave"}}}},
+            "spec.template.master.metadata.labels",
+        ),
+        (
+            {"pod": {"metadata": {"annotations": {"brokergroup.io/restart": "x"}}}},
+            "spec.template.pod.metadata.annotations",
+        ),
+        ({"pod": {"metadata": {"labels": ["a"]}}}, "spec.template.pod.metadata.labels"),
+        ({"master": "yes"}, "spec.template.master"),
+    ],
+)
+def test_template_may_not_take_the_operators_labels(template, field):
+    with pytest.raises(SpecError) as info:
+        spec(template=template)
+    assert info.value.field == field
+    assert field in str(info.value)
+
+
+def test_crd_template_refuses_the_reserved_labels_and_annotations():
+    crd = yaml.safe_load((ROOT / "crds" / "brokergroup.io_brokergroups.yaml").read_text())
+    (version,) = crd["spec"]["versions"]
+    template = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["template"]
+    for role in ("pod", "master", "slave"):
+        level = template["properties"][role]["properties"]
+        meta = level["metadata"]["properties"]
+        labels_rule = meta["labels"]["x-kubernetes-validations"][0]["rule"]
+        annotations_rule = meta["annotations"]["x-kubernetes-validations"][0]["rule"]
+        assert all(f"'{k}'" in labels_rule for k in m.RESERVED_POD_LABELS)
+        assert all(f"'{k}'" in annotations_rule for k in m.RESERVED_POD_ANNOTATIONS)
+        from brokergroup_operator.spec import POD_FIELDS
+
+        assert set(POD_FIELDS) <= set(level)
+
+
+def test_restart_value_rolls_both_statefulsets():
+    from dataclasses import replace
+
+    base = spec()
+    for component in (m.MASTER, m.SLAVE):
+        before = pod_of(base, component)
+        assert m.RESTART_ANNOTATION not in before["metadata"]["annotations"]
+        first = pod_of(replace(base, restart="1"), component)
+        assert first["metadata"]["annotations"][m.RESTART_ANNOTATION] == "1"
+        assert first != before
+        assert pod_of(replace(base, restart="2"), component) != first
+        assert pod_of(replace(base, restart="1"), component) == first

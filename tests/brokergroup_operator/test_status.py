@@ -594,3 +594,16 @@ def test_pod_transitions_are_events() -> None:
     failing = replace(down, problem="CrashLoopBackOff (last exit: OOMKilled)")
     assert [e.reason for e in pod_transitions(down, failing, "slave", 1.0)] == ["BrokerPodFailing"]
     assert pod_transitions(up, up, "master", None) == []
+
+
+def test_slave_replicas_counts_slave_pods_that_exist():
+    """The scale subresource's status replicas: a missing or terminating pod does not count."""
+    status, _ = compute_status(group(), 1, healthy(), None, T0)
+    assert status["slaveReplicas"] == 2
+    obs = healthy()
+    obs.slaves = {
+        1: BrokerReport(pod(1, "10.0.0.11", deleting=True), error="gone"),
+        2: BrokerReport(None),
+    }
+    status, _ = compute_status(group(), 1, obs, None, T0)
+    assert status["slaveReplicas"] == 0

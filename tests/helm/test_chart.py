@@ -28,6 +28,7 @@ from tests.brokergroup_operator import kubeapi
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "brokergroup-operator"
 CRD = ROOT / "crds" / "brokergroup.io_brokergroups.yaml"
+PEERING_CRD = ROOT / "crds" / "kopf.dev_peerings.yaml"
 RBAC = ROOT / "operator" / "deploy" / "rbac.yaml"
 LOCAL_BIN = ROOT / "e2e" / ".cluster" / "bin"
 
@@ -80,6 +81,7 @@ VALUE_SETS: dict[str, list[str]] = {
         "watch.namespaces={team-a,team-b}",
     ],
     "no-networkpolicy": ["--set", "networkPolicy.enabled=false"],
+    "single-replica": ["--set", "replicaCount=1"],
     "servicemonitor": [
         "--set",
         "serviceMonitor.enabled=true",
@@ -144,9 +146,20 @@ def env_of(deployment: dict[str, Any]) -> dict[str, str]:
     return {e["name"]: e.get("value", "") for e in container.get("env", [])}
 
 
-def operator_rules(network_policy: bool) -> list[dict[str, Any]]:
+def operator_rules(network_policy: bool, peering: str | None = None) -> list[dict[str, Any]]:
+    """operator/deploy/rbac.yaml's rules (one standalone replica), plus the peering resource
+    (``clusterkopfpeerings`` or ``kopfpeerings``) and the NetworkPolicy rule when enabled."""
     role = next(d for d in yaml.safe_load_all(RBAC.read_text()) if d and d["kind"] == "ClusterRole")
     rules: list[dict[str, Any]] = role["rules"]
+    if peering:
+        rules = [
+            *rules,
+            {
+                "apiGroups": ["kopf.dev"],
+                "resources": [peering],
+                "verbs": ["get", "list", "watch", "patch"],
+            },
+        ]
     if network_policy:
         rules = [
             *rules,
@@ -169,27 +182,36 @@ def test_lint(helm: str, name: str) -> None:
 def test_crd_comes_from_crds_dir(helm: str, tmp_path: Path) -> None:
     """The chart's crds/ holds a symlink to crds/, never a copy; `helm package` and
     `helm template --include-crds` carry the file byte for byte."""
-    link = CHART / "crds" / CRD.name
-    assert link.is_symlink(), f"{link} must be a symlink to {CRD} (a copy would drift)"
-    assert link.resolve() == CRD.resolve()
-    assert sorted(p.name for p in (CHART / "crds").iterdir()) == [CRD.name]
+    for source in (CRD, PEERING_CRD):
+        link = CHART / "crds" / source.name
+        assert link.is_symlink(), f"{link} must be a symlink to {source} (a copy would drift)"
+        assert link.resolve() == source.resolve()
+    assert sorted(p.name for p in (CHART / "crds").iterdir()) == sorted(
+        [CRD.name, PEERING_CRD.name]
+    )
 
     run_helm(helm, "package", str(CHART), "--destination", str(tmp_path))
     (archive,) = tmp_path.glob("brokergroup-operator-*.tgz")
     with tarfile.open(archive) as tar:
-        member = tar.extractfile(f"brokergroup-operator/crds/{CRD.name}")
-        assert member is not None
-        assert member.read() == CRD.read_bytes()
+        for source in (CRD, PEERING_CRD):
+            member = tar.extractfile(f"brokergroup-operator/crds/{source.name}")
+            assert member is not None
+            assert member.read() == source.read_bytes()
 
     rendered = render(helm, "--include-crds")
     crds = [d for d in rendered if d["kind"] == "CustomResourceDefinition"]
-    assert crds == [yaml.safe_load(CRD.read_text())]
+    expected = [yaml.safe_load(CRD.read_text())]
+    expected += [d for d in yaml.safe_load_all(PEERING_CRD.read_text()) if d]
+    assert sorted(crds, key=lambda d: d["metadata"]["name"]) == sorted(
+        expected, key=lambda d: d["metadata"]["name"]
+    )
 
 
 # -- rendering -------------------------------------------------------------------------------
 def test_defaults(helm: str) -> None:
     kinds = by_kind(render(helm))
     assert sorted(kinds) == [
+        "ClusterKopfPeering",
         "ClusterRole",
         "ClusterRoleBinding",
         "Deployment",
@@ -198,7 +220,16 @@ def test_defaults(helm: str) -> None:
     ]
     (dep,) = kinds["Deployment"]
     spec = dep["spec"]
-    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    # two replicas under kopf peering: one active, one standby, on different nodes if possible
+    assert spec["replicas"] == 2 and spec["strategy"]["type"] == "RollingUpdate"
+    (peering,) = kinds["ClusterKopfPeering"]
+    assert peering["metadata"]["name"] == "bg-brokergroup-operator-bg-system"
+    assert env_of(dep)["BROKERGROUP_PEERING"] == peering["metadata"]["name"]
+    anti = spec["template"]["spec"]["affinity"]["podAntiAffinity"]
+    (term,) = anti["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert (
+        term["podAffinityTerm"]["labelSelector"]["matchLabels"] == spec["selector"]["matchLabels"]
+    )
     pod = spec["template"]["spec"]
     assert pod["serviceAccountName"] == "bg-brokergroup-operator"
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -221,7 +252,7 @@ def test_defaults(helm: str) -> None:
     assert env["BROKERGROUP_ADDRESSING"] == "pod-ip"
 
     (role,) = kinds["ClusterRole"]
-    assert role["rules"] == operator_rules(network_policy=True)
+    assert role["rules"] == operator_rules(network_policy=True, peering="clusterkopfpeerings")
     (binding,) = kinds["ClusterRoleBinding"]
     assert (
         binding["roleRef"]["name"]
@@ -241,7 +272,9 @@ def test_defaults(helm: str) -> None:
 def test_rbac_is_exactly_what_the_operator_uses(helm: str) -> None:
     """Same rules as operator/deploy/rbac.yaml (which the operator's apiserver test runs
     under); the NetworkPolicy rule only when the operator creates policies."""
-    (role,) = by_kind(render(helm, "--set", "networkPolicy.enabled=false"))["ClusterRole"]
+    (role,) = by_kind(
+        render(helm, "--set", "networkPolicy.enabled=false", "--set", "replicaCount=1")
+    )["ClusterRole"]
     assert role["rules"] == operator_rules(network_policy=False)
     for rule in role["rules"]:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"]
@@ -253,15 +286,41 @@ def test_namespaced_mode(helm: str) -> None:
     assert "ClusterRole" not in kinds and "ClusterRoleBinding" not in kinds
     assert sorted(r["metadata"]["namespace"] for r in kinds["Role"]) == ["team-a", "team-b"]
     for role in kinds["Role"]:
-        assert role["rules"] == operator_rules(network_policy=True)
+        assert role["rules"] == operator_rules(network_policy=True, peering="kopfpeerings")
     for binding in kinds["RoleBinding"]:
         assert binding["subjects"][0]["namespace"] == "bg-system"
     (dep,) = kinds["Deployment"]
     assert env_of(dep)["WATCH_NAMESPACE"] == "team-a,team-b"
+    # a namespaced operator peers through a KopfPeering in every namespace it watches
+    assert "ClusterKopfPeering" not in kinds
+    assert sorted(p["metadata"]["namespace"] for p in kinds["KopfPeering"]) == ["team-a", "team-b"]
+    assert {p["metadata"]["name"] for p in kinds["KopfPeering"]} == {
+        env_of(dep)["BROKERGROUP_PEERING"]
+    }
 
     kinds = by_kind(render(helm, *VALUE_SETS["namespaced-release-ns"]))
     assert [r["metadata"]["namespace"] for r in kinds["Role"]] == ["bg-system"]
     assert env_of(kinds["Deployment"][0])["WATCH_NAMESPACE"] == "bg-system"
+
+
+def test_single_replica_is_standalone(helm: str) -> None:
+    kinds = by_kind(render(helm, *VALUE_SETS["single-replica"]))
+    assert "ClusterKopfPeering" not in kinds and "KopfPeering" not in kinds
+    (dep,) = kinds["Deployment"]
+    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
+    assert "BROKERGROUP_PEERING" not in env_of(dep)
+    assert "affinity" not in dep["spec"]["template"]["spec"]
+    (role,) = kinds["ClusterRole"]
+    assert role["rules"] == operator_rules(network_policy=True)
+
+
+def test_peering_settings_reach_the_operator(helm: str) -> None:
+    """The rendered BROKERGROUP_PEERING turns kopf peering on, under the rendered name."""
+    from brokergroup_operator.settings import Settings
+
+    (dep,) = by_kind(render(helm))["Deployment"]
+    settings = Settings.from_env(env_of(dep))
+    assert settings.peering == "bg-brokergroup-operator-bg-system"
 
 
 def test_network_policy_off(helm: str) -> None:
@@ -369,6 +428,7 @@ def test_operator_settings_in_the_chart_are_valid() -> None:
         (["--set", "networkPolicy.enabled=yes"], "networkPolicy.enabled"),
         (["--set", "operator.metricsPort=8080"], "operator.metricsPort"),  # kopf's health port
         (["--set", "prometheusRule.enable=true"], "prometheusRule"),
+        (["--set", "replicaCount=0"], "replicaCount"),
     ],
 )
 def test_values_schema_rejects(helm: str, args: list[str], message: str) -> None:
@@ -387,11 +447,13 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kubeapi.ApiServer]
     assert bin_dir is not None
     server = kubeapi.start(tmp_path_factory.mktemp("apiserver"), bin_dir)
     try:
-        server.kubectl("apply", "--server-side", "-f", str(CRD))
+        server.kubectl("apply", "--server-side", "-f", str(CRD), "-f", str(PEERING_CRD))
         server.kubectl(
             "wait",
             "--for=condition=Established",
             "crd/brokergroups.brokergroup.io",
+            "crd/clusterkopfpeerings.kopf.dev",
+            "crd/kopfpeerings.kopf.dev",
             "--timeout=30s",
         )
         for ns in ("bg-system", "team-a", "team-b"):

@@ -22,6 +22,15 @@
 {{- printf "%s-%s" (include "brokergroup-operator.fullname" .) .Release.Namespace | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/* replicaCount > 1: kopf peering on (one active replica); the peering object's name. */}}
+{{- define "brokergroup-operator.peering" -}}
+{{- if gt (int .Values.replicaCount) 1 }}true{{ end }}
+{{- end }}
+
+{{- define "brokergroup-operator.peeringName" -}}
+{{- include "brokergroup-operator.clusterName" . }}
+{{- end }}
+
 {{- define "brokergroup-operator.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "brokergroup-operator.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
@@ -95,6 +104,12 @@ children are deleted by the garbage collector, never by the operator.
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
+{{- if include "brokergroup-operator.peering" . }}
+# kopf peering (replicaCount > 1): each replica keeps its record in the peering object fresh
+- apiGroups: [kopf.dev]
+  resources: [{{ if eq .Values.watch.mode "cluster" }}clusterkopfpeerings{{ else }}kopfpeerings{{ end }}]
+  verbs: [get, list, watch, patch]
+{{- end }}
 {{- if .Values.networkPolicy.enabled }}
 # one NetworkPolicy per group (BROKERGROUP_NETWORK_POLICY)
 - apiGroups: [networking.k8s.io]
