@@ -62,6 +62,10 @@ class BrokerAPI:
     async def set_master_address(self, address: str, body: JSON) -> None:
         await self._call("PUT", address, "/v1/admin/master-address", body)
 
+    async def set_external_addresses(self, address: str, addrs: dict[int, str]) -> None:
+        body = {"brokerAddrs": {str(k): v for k, v in sorted(addrs.items())}}
+        await self._call("PUT", address, "/v1/admin/external-addresses", body)
+
     async def patch_config(self, address: str, body: JSON) -> None:
         await self._call("PATCH", address, "/v1/admin/config", body)
 

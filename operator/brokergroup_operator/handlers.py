@@ -27,9 +27,12 @@ from . import GROUP, KIND, PLURAL, VERSION, metrics
 from .brokerapi import BrokerAPI, BrokerAPIError
 from .drift import describe, drifted, find_child
 from .election import Assignment, assignment_from_status
+from .external import ExternalDoor, external_door, stale_doors
 from .failover import FailoverController, MasterAddresses
 from .kube import Kube
 from .manifests import (
+    EXTERNAL,
+    LABEL_COMPONENT,
     LABEL_GROUP,
     LABEL_MANAGED_BY,
     LABEL_ROLE,
@@ -120,6 +123,7 @@ def _pod_info(
         broker_id=broker_id,
         uid=str(meta.get("uid", "")),
         ip=status.get("podIP"),
+        host_ip=status.get("hostIP"),
         ready=_pod_ready(status),
         phase=str(status.get("phase", "Pending")),
         revision=labels.get("controller-revision-hash"),
@@ -227,6 +231,21 @@ def broker_statefulsets(
             ),
         )
     }
+
+
+@kopf.index("v1", "services", labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: EXTERNAL})
+def external_services(
+    name: str,
+    namespace: str | None,
+    labels: Mapping[str, str],
+    spec: Mapping[str, Any],
+    status: Mapping[str, Any],
+    **_: Any,
+) -> dict[GroupKey, ExternalDoor]:
+    group = labels.get(LABEL_GROUP)
+    if group is None or namespace is None:
+        return {}
+    return {(namespace, group): external_door(name, spec, status)}
 
 
 @kopf.index("v1", "persistentvolumeclaims", labels={LABEL_MANAGED_BY: MANAGED_BY})
@@ -551,6 +570,10 @@ async def poll_group(
         logger.info("children missing: re-applying")
         await _apply_children(runtime, group, body, broker_statefulsets)
     await _expand_volumes(runtime, group, list(kwargs["broker_claims"].get(key, [])), logger)
+    doors = list(kwargs["external_services"].get(key, []))
+    for stale in stale_doors(group, doors):
+        logger.info("deleting %s: the group no longer has that broker or external access", stale)
+        await runtime.kube.delete_service(namespace, stale)
 
     async def delete_pod(pod: str) -> bool:
         return await runtime.kube.delete_pod(namespace, pod)
@@ -567,6 +590,7 @@ async def poll_group(
         generation=generation,
         delete_pod=delete_pod,
         logger=logger,
+        external_doors=doors,
     )
     metrics.observe_sweep(namespace, name, result.status, time.monotonic() - started)
     for event in result.events:

@@ -89,6 +89,18 @@ class Kube:
             raise
         return True
 
+    async def delete_service(self, namespace: str, name: str) -> bool:
+        """Delete a Service of ours the group no longer wants (a removed slave's external
+        door); False if it was already gone."""
+        self.requests += 1
+        try:
+            await self._client.delete(Service, name, namespace=namespace)
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return False
+            raise
+        return True
+
     async def patch_group_status(
         self, namespace: str, name: str, status: Mapping[str, Any]
     ) -> None:

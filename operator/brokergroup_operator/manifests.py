@@ -27,6 +27,9 @@ STORE_DIR = "/data/store"
 CLIENT_PORT_NAME = "client"  # listenPort: RocketMQ's client port (remoting protocol)
 HA_PORT_NAME = "ha"  # haListenPort: replication
 HTTP_PORT_NAME = "http"  # httpListenPort: HTTP API (operator, probes, /metrics, admin)
+EXTERNAL_PORT_NAME = "external"  # externalListenPort: clients outside the cluster
+EXTERNAL = "external"  # the component label of the per-broker external Services
+POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"  # set by the StatefulSet controller
 NAMESRV_PORT_NAME = "namesrv"
 NAMESRV_PORT = 9876  # RocketMQ's name-server port, on the <group>-namesrv Service
 
@@ -178,6 +181,8 @@ def broker_properties(spec: GroupSpec) -> dict[str, str]:
     if spec.failover_enabled:
         # roles come from the operator (PUT /v1/admin/role); a broker starts fenced until then
         props["enableControllerMode"] = "true"
+    if spec.external_access:
+        props["externalListenPort"] = str(spec.external_port)
     return props
 
 
@@ -371,7 +376,12 @@ def _container(spec: GroupSpec, component: str, cluster_domain: str) -> dict[str
             {"name": CLIENT_PORT_NAME, "containerPort": spec.client_port, "protocol": "TCP"},
             {"name": HA_PORT_NAME, "containerPort": spec.ha_port, "protocol": "TCP"},
             {"name": HTTP_PORT_NAME, "containerPort": spec.http_port, "protocol": "TCP"},
-        ],
+        ]
+        + (
+            [{"name": EXTERNAL_PORT_NAME, "containerPort": spec.external_port, "protocol": "TCP"}]
+            if spec.external_access
+            else []
+        ),
         "volumeMounts": [
             {"name": "config", "mountPath": CONF_DIR, "readOnly": True},
             {"name": "store", "mountPath": DATA_DIR},
@@ -508,6 +518,43 @@ def pod_disruption_budget(spec: GroupSpec, owner: Mapping[str, Any]) -> Manifest
     }
 
 
+def group_pods(spec: GroupSpec) -> list[str]:
+    """Every broker pod the group should have: the master's, then each slave's."""
+    return [master_pod(spec.name)] + [slave_pod(spec.name, i) for i in range(1, spec.slaves + 1)]
+
+
+def external_service_name(pod: str) -> str:
+    return f"{pod}-external"
+
+
+def external_service(spec: GroupSpec, owner: Mapping[str, Any], pod: str) -> Manifest:
+    """One broker's door for clients outside the cluster: a NodePort or LoadBalancer Service
+    on that pod's external listener alone (a RocketMQ client must reach each broker by its own
+    address: routes name them one by one). ``Local`` traffic policy: the node port answers on
+    the pod's own node, which is the address the operator advertises."""
+    meta = _meta(external_service_name(pod), spec, owner, EXTERNAL)
+    if spec.external_annotations:
+        meta["annotations"] = dict(spec.external_annotations)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta,
+        "spec": {
+            "type": spec.external_access,
+            "externalTrafficPolicy": "Local",
+            "selector": {**selector_labels(spec.name), POD_NAME_LABEL: pod},
+            "ports": [
+                {
+                    "name": EXTERNAL_PORT_NAME,
+                    "port": spec.external_port,
+                    "targetPort": EXTERNAL_PORT_NAME,
+                    "protocol": "TCP",
+                }
+            ],
+        },
+    }
+
+
 def network_policy_name(group: str) -> str:
     return f"{group}-brokers"
 
@@ -531,6 +578,11 @@ def network_policy(spec: GroupSpec, owner: Mapping[str, Any]) -> Manifest:
                         {"protocol": "TCP", "port": CLIENT_PORT_NAME},
                         {"protocol": "TCP", "port": HTTP_PORT_NAME},
                     ]
+                    + (
+                        [{"protocol": "TCP", "port": EXTERNAL_PORT_NAME}]
+                        if spec.external_access
+                        else []
+                    )
                 },
                 {"from": [group_pods], "ports": [{"protocol": "TCP", "port": HA_PORT_NAME}]},
             ],
@@ -566,4 +618,6 @@ def children(
         statefulset(spec, owner, SLAVE, cluster_domain, sizes.get(slave_name(spec.name))),
         pod_disruption_budget(spec, owner),
     ]
+    if spec.external_access:
+        items += [external_service(spec, owner, pod) for pod in group_pods(spec)]
     return items

@@ -33,6 +33,7 @@ RESERVED_KEYS = frozenset(
         "slaveReadEnable",
         "accessMessageInMemoryMaxRatio",
         "enableControllerMode",
+        "externalListenPort",
     }
 )
 
@@ -135,6 +136,11 @@ class GroupSpec:
     client_port: int = 10911  # listenPort: RocketMQ's client port (remoting)
     ha_port: int = 10912  # haListenPort
     http_port: int = 10913  # httpListenPort: HTTP API (operator, probes, /metrics)
+    #: externalListenPort: the listener for clients outside the cluster (spec.externalAccess)
+    external_port: int = 10915
+    #: spec.externalAccess.type: NodePort or LoadBalancer, None for no external access
+    external_access: str | None = None
+    external_annotations: Mapping[str, str] = field(default_factory=dict)
     #: spec.failover: the operator promotes an in-sync slave when the master is lost
     failover_enabled: bool = False
     failover_master_lost_seconds: float = 10.0
@@ -220,6 +226,12 @@ def parse_spec(name: str, namespace: str, spec: Mapping[str, Any]) -> GroupSpec:
         client_port=int(_get(ports, "client", 10911)),
         ha_port=int(_get(ports, "ha", 10912)),
         http_port=int(_get(ports, "http", 10913)),
+        external_port=int(_get(ports, "external", 10915)),
+        external_access=(spec.get("externalAccess") or {}).get("type") or None,
+        external_annotations={
+            str(k): str(v)
+            for k, v in ((spec.get("externalAccess") or {}).get("annotations") or {}).items()
+        },
         failover_enabled=bool(_get(failover, "enabled", False)),
         failover_master_lost_seconds=float(_get(failover, "masterLostSeconds", 10)),
         failover_preferred_master=failover.get("preferredMaster") or None,
@@ -241,8 +253,14 @@ def validate(spec: GroupSpec) -> None:
     if spec.replication_mode == "SYNC" and spec.slaves < 1:
         raise SpecError("spec.slaves", "must be at least 1 when spec.replicationMode is SYNC")
     ports = {"client": spec.client_port, "ha": spec.ha_port, "http": spec.http_port}
+    if spec.external_access:
+        ports["external"] = spec.external_port
     if len(set(ports.values())) != len(ports):
-        raise SpecError("spec.ports", "client, ha and http must all differ")
+        raise SpecError("spec.ports", f"{', '.join(ports)} must all differ")
+    if spec.external_access not in (None, "NodePort", "LoadBalancer"):
+        raise SpecError(
+            "spec.externalAccess.type", f"{spec.external_access!r}: NodePort or LoadBalancer"
+        )
     which = spec.read_policy.which_broker_when_consume_slowly
     if isinstance(which, str) and which != AUTO:
         raise SpecError(

@@ -30,6 +30,8 @@ class PodInfo:
     broker_id: int
     uid: str = ""
     ip: str | None = None
+    #: the IP of the node it runs on (what a node port is reached at)
+    host_ip: str | None = None
     ready: bool = False
     phase: str = "Pending"
     revision: str | None = None

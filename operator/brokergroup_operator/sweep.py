@@ -15,6 +15,7 @@ from typing import Any
 
 from .brokerapi import BrokerAPI, BrokerAPIError
 from .election import assignment_from_status
+from .external import ExternalDoor, external_addresses
 from .manifests import master_name, pod_dns, slave_name
 from .policy import (
     choose_read_broker,
@@ -226,6 +227,7 @@ async def sweep(
     logger: Logger,
     resolve: Resolver | None = None,
     now: str | None = None,
+    external_doors: Sequence[ExternalDoor] = (),
 ) -> SweepResult:
     resolve = resolve or resolver_for(settings)
     now = now or now_iso()
@@ -294,6 +296,9 @@ async def sweep(
         if await delete_pod(decision.delete):
             events.append(Event("Normal", "RollingRestart", decision.message))
 
+    external = external_addresses(group, pods, external_doors)
+    await _tell_external_addresses(brokers, resolve, group, reports, external, logger)
+
     final, transitions = compute_status(
         group,
         observed,
@@ -308,4 +313,42 @@ async def sweep(
         previous,
         now,
     )
+    if external:
+        _show_external(final, external)
     return SweepResult(status=final, events=events + transitions)
+
+
+async def _tell_external_addresses(
+    brokers: BrokerAPI,
+    resolve: Resolver,
+    group: GroupSpec,
+    reports: Iterable[BrokerReport],
+    external: Mapping[int, str],
+    logger: Logger,
+) -> None:
+    """Every reachable broker gets the group's external address map when its own differs
+    (all of them answer routes on their external listener)."""
+    if not group.external_access:
+        return
+    want = {str(k): v for k, v in external.items()}
+    for report in reports:
+        if report.pod is None or report.status is None:
+            continue
+        if (report.status.get("externalAddrs") or {}) == want:
+            continue
+        address = resolve(group, report.pod)
+        if address is None:
+            continue
+        try:
+            await brokers.set_external_addresses(address, dict(external))
+            logger.info("external addresses on %s: %s", report.pod.name, want or "none yet")
+        except BrokerAPIError as exc:
+            logger.warning("external addresses on %s failed: %s", report.pod.name, exc)
+
+
+def _show_external(status: dict[str, Any], external: Mapping[int, str]) -> None:
+    if 0 in external:
+        status["master"]["externalAddress"] = external[0]
+    for entry in status.get("slaves") or []:
+        if entry.get("brokerId") in external:
+            entry["externalAddress"] = external[entry["brokerId"]]

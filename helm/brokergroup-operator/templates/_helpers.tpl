@@ -84,8 +84,12 @@ children are deleted by the garbage collector, never by the operator.
   verbs: [update]
 # children, by server-side apply, and watched (ours only) so drift is repaired
 - apiGroups: [""]
-  resources: [configmaps, services]
+  resources: [configmaps]
   verbs: [list, watch, create, patch]
+# Services also deleted: a removed slave's external Service (spec.externalAccess)
+- apiGroups: [""]
+  resources: [services]
+  verbs: [list, watch, create, patch, delete]
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [list, watch, create, patch]
