@@ -126,7 +126,7 @@ def test_defaults_are_applied(api: kubeapi.ApiServer) -> None:
         "whichBrokerWhenConsumeSlowly": "auto",
         "accessMessageInMemoryMaxRatio": 40,
     }
-    assert spec["ports"] == {"client": 10911, "ha": 10912, "http": 10913}
+    assert spec["ports"] == {"client": 10911, "ha": 10912, "http": 10913, "external": 10915}
 
 
 BAD_SPECS = [
@@ -576,6 +576,34 @@ def test_volume_expansion(api: kubeapi.ApiServer, operator: Any) -> None:
     )
     assert claim in cond["message"] and "must support resize" in cond["message"], cond
     assert get(api, f"pvc/{claim}")["spec"]["resources"]["requests"]["storage"] == "1Gi"
+
+
+def test_external_access_services(api: kubeapi.ApiServer, operator: Any) -> None:
+    """One NodePort Service per broker (the apiserver allocates the node ports); scaling
+    down deletes the removed slave's, turning external access off deletes them all."""
+
+    def doors() -> dict[str, dict[str, Any]]:
+        items = get(api, "services", "-l", "app.kubernetes.io/component=external,"
+                    "brokergroup.io/group=outside")["items"]  # fmt: skip
+        return {i["metadata"]["name"]: i for i in items}
+
+    spec = {"slaves": 2, "externalAccess": {"type": "NodePort"}}
+    apply(api, group("outside", **spec))
+    found = eventually(lambda: len(d := doors()) == 3 and d, what="three external Services")
+    for name, svc in found.items():
+        assert svc["spec"]["ports"][0]["nodePort"] > 0, svc
+        assert svc["spec"]["selector"]["statefulset.kubernetes.io/pod-name"] + "-external" == name
+    conf = get(api, "configmap/outside-config")["data"]["broker.conf"]
+    assert "externalListenPort=10915" in conf.splitlines()
+    apply(api, group("outside", **{**spec, "slaves": 1}))
+    eventually(
+        lambda: sorted(doors()) == ["outside-master-0-external", "outside-slave-0-external"],
+        what="the removed slave's Service deleted",
+    )
+    apply(api, group("outside", slaves=1))
+    eventually(lambda: not doors(), what="every external Service deleted")
+    result = apply(api, group("outside", slaves=1, externalAccess={"type": "Ingress"}), check=False)
+    assert result.returncode != 0 and "spec.externalAccess.type" in result.stderr
 
 
 def test_what_the_schema_cannot_catch_becomes_a_condition(

@@ -57,7 +57,9 @@ class Harness:
             PodInfo("bg-slave-0", 1, ip="127.0.0.1", ready=True),
         ]
 
-    async def run(self, group: GroupSpec, pods: list[PodInfo] | None = None) -> dict[str, Any]:
+    async def run(
+        self, group: GroupSpec, pods: list[PodInfo] | None = None, doors: Any = ()
+    ) -> dict[str, Any]:
         result = await sweep(
             brokers=self.brokers,
             settings=Settings(wiring="pod-ip"),
@@ -70,6 +72,7 @@ class Harness:
             delete_pod=None,
             logger=LOG,
             resolve=lambda _g, pod: self.addresses.get(pod.name),
+            external_doors=doors,
         )
         self.status = result.status
         self.events += [(e.type, e.reason) for e in result.events]
@@ -196,3 +199,34 @@ async def test_rewire_a_slave_pointing_elsewhere(local_group: LocalGroup) -> Non
             if status["slaves"][0]["connected"]:
                 break
         assert status["slaves"][0]["connected"] is True
+
+
+async def test_external_addresses_reach_every_broker(local_group: LocalGroup) -> None:
+    """The sweep tells both real brokers where clients outside reach each of them (node IP
+    and node port here), once, and shows it in status."""
+    from brokergroup_operator.external import ExternalDoor
+
+    group = parse_spec(
+        "bg", "ns", {"image": "x", "slaves": 1, "replicationMode": "SYNC",
+                     "externalAccess": {"type": "NodePort"}},
+    )  # fmt: skip
+    doors = [
+        ExternalDoor("bg-master-0-external", "NodePort", 31001),
+        ExternalDoor("bg-slave-0-external", "NodePort", 31002),
+    ]
+    pods = [
+        PodInfo("bg-master-0", 0, ip="127.0.0.1", host_ip="10.0.0.11", ready=True),
+        PodInfo("bg-slave-0", 1, ip="127.0.0.1", host_ip="10.0.0.12", ready=True),
+    ]
+    want = {"0": "10.0.0.11:31001", "1": "10.0.0.12:31002"}
+    async with aiohttp.ClientSession() as session:
+        h = Harness(local_group, session)
+        status = await h.run(group, pods, doors)
+        assert status["master"]["externalAddress"] == want["0"]
+        assert status["slaves"][0]["externalAddress"] == want["1"]
+        for broker in local_group.brokers:
+            assert broker.status()["externalAddrs"] == want
+        # the slave moved to another node: the next sweep follows
+        pods[1] = PodInfo("bg-slave-0", 1, ip="127.0.0.1", host_ip="10.0.0.13", ready=True)
+        await h.run(group, pods, doors)
+        assert local_group.master.status()["externalAddrs"]["1"] == "10.0.0.13:31002"
