@@ -13,6 +13,7 @@ Events that never hide an outage, with the kubelet's own words for what is wrong
 from __future__ import annotations
 
 import calendar
+import os
 import json
 import time
 from collections.abc import Iterator
@@ -179,3 +180,64 @@ def test_volume_expansion_on_the_cluster(group: Group) -> None:
             assert pvc["status"]["capacity"]["storage"] == "128Mi", pvc["status"]
     for pod, uid in uids.items():
         assert (g.c.pod(g.ns, pod) or {})["metadata"]["uid"] == uid, f"{pod} was replaced"
+
+
+def test_external_access_by_node_port(group: Group) -> None:
+    """spec.externalAccess NodePort: the real Java client outside the pod network (the
+    control plane's namespace, which reaches nodes but is told no pod address) uses the
+    master's node address as namesrvAddr, gets routes naming only node IPs and node ports,
+    and sends and reads back through them."""
+    import tempfile
+    from pathlib import Path
+
+    from e2e.javaclient import V4, round_trip
+    from tests.interop.rocketmq_java import NetNS, loads_fastjson, run_mqadmin
+
+    outside = os.environ.get("E2E_POD_NETWORK_NETNS", "")
+    if not Path(outside).exists():
+        pytest.skip("not the local cluster (E2E_POD_NETWORK_NETNS unset): no outside namespace")
+    g = group
+    name = "outside"
+    obj = {
+        "apiVersion": "brokergroup.io/v1alpha1",
+        "kind": "BrokerGroup",
+        "metadata": {"name": name},
+        "spec": {
+            "image": g.c.group(g.ns, g.name)["spec"]["image"],
+            "imagePullPolicy": "IfNotPresent",
+            "replicationMode": "SYNC",
+            "slaves": 1,
+            "storage": {"ephemeral": True},
+            "externalAccess": {"type": "NodePort"},
+        },
+    }
+    g.c.apply(g.ns, obj)
+    try:
+        out = Group(g.c, g.ns, name)
+        st = eventually(
+            lambda: (
+                in_sync(s := out.status(), 1)
+                and s["master"].get("externalAddress")
+                and s["slaves"][0].get("externalAddress")
+                and s
+            ),
+            240,
+            "the group in sync with external addresses",
+        )
+        external = {"0": st["master"]["externalAddress"], "1": st["slaves"][0]["externalAddress"]}
+        print("external addresses:", external)
+        for address in external.values():
+            assert address.startswith("10.201.0."), external  # node IPs, not pod IPs
+        ns = NetNS(Path(tempfile.mkdtemp(prefix="bg-outside-")), name=Path(outside).name)
+        run_mqadmin(ns, V4, "updateTopic", "-n", external["0"], "-c", "DefaultCluster",
+                    "-t", "outside-orders", "-r", "4", "-w", "4")  # fmt: skip
+        route = loads_fastjson(
+            run_mqadmin(ns, V4, "topicRoute", "-n", external["0"], "-t", "outside-orders")
+        )
+        assert route["brokerDatas"][0]["brokerAddrs"] == external, route
+        java = round_trip(ns, external["0"], "outside-orders", "outside-readers", 200)
+        print("Java client from outside:", java)
+        assert java["sent"]["sendOk"] == 200, java
+        assert java["unique"] == 200 and java["duplicates"] == 0, java
+    finally:
+        g.c.kubectl("-n", g.ns, "delete", "bg", name, "--wait=false", check=False)
