@@ -7,14 +7,16 @@ Events that never hide an outage, with the kubelet's own words for what is wrong
   it): BrokerNotReady, BrokerRestarted and BrokerReady Events, and the Ready condition's
   transition time moves even if the outage fits between two polls;
 * a group whose image cannot be had: the Ready condition's reason is the kubelet's
-  ErrImageNeverPull, not "unreachable", and a BrokerPodFailing Event says so.
+  ErrImageNeverPull, not "unreachable", and a BrokerPodFailing Event says so;
+* spec.storage.size grown: every claim expanded, no pod replaced;
+* spec.externalAccess NodePort: the real Java client from outside the pod network.
 """
 
 from __future__ import annotations
 
 import calendar
-import os
 import json
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
