@@ -33,7 +33,9 @@ class ExternalDoor:
 
 
 def external_door(name: str, spec: Mapping[str, Any], status: Mapping[str, Any]) -> ExternalDoor:
-    port: Mapping[str, Any] = next((p for p in spec.get("ports") or [] if p.get("name") == EXTERNAL_PORT_NAME), {})
+    port: Mapping[str, Any] = next(
+        (p for p in spec.get("ports") or [] if p.get("name") == EXTERNAL_PORT_NAME), {}
+    )
     ingress = ((status.get("loadBalancer") or {}).get("ingress") or [{}])[0]
     return ExternalDoor(
         name=name,
