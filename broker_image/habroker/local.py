@@ -26,10 +26,19 @@ T = TypeVar("T")
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports: the sockets stay bound until all are picked, so the
+    kernel cannot hand the same port out twice (one broker's ports must differ)."""
+    with contextlib.ExitStack() as stack:
+        ports = []
+        for _ in range(count):
+            sock = stack.enter_context(socket.socket())
+            sock.bind(("127.0.0.1", 0))
+            ports.append(int(sock.getsockname()[1]))
+        return ports
 
 
 def _call_here(fn: Callable[[], T]) -> T:
@@ -56,13 +65,14 @@ class LocalBroker:
         self.root.mkdir(parents=True, exist_ok=True)
         self.command_prefix = tuple(command_prefix)
         self.call_in = call_in
+        client, ha, http = call_in(lambda: free_ports(3))
         self.config: dict[str, Any] = {
             "brokerName": "broker-a",
             "bindAddress": "127.0.0.1",
             "brokerIP1": "127.0.0.1",
-            "listenPort": call_in(free_port),
-            "haListenPort": call_in(free_port),
-            "httpListenPort": call_in(free_port),
+            "listenPort": client,
+            "haListenPort": ha,
+            "httpListenPort": http,
             # no VIP channel (listenPort - 2) on random ports: it could collide; tests of it set it
             "fastListenPort": 0,
             "storePathRootDir": str(self.root / "store"),
