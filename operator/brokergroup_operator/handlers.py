@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import kopf
@@ -27,7 +27,7 @@ from . import GROUP, KIND, PLURAL, VERSION, metrics
 from .brokerapi import BrokerAPI, BrokerAPIError
 from .drift import describe, drifted, find_child
 from .election import Assignment, assignment_from_status
-from .external import ExternalDoor, external_door, stale_doors
+from .external import external_door, stale_doors
 from .failover import FailoverController, MasterAddresses
 from .kube import Kube
 from .manifests import (
@@ -59,6 +59,7 @@ SWEEP_LOG = logging.getLogger("brokergroup_operator.sweeps")
 # The timer interval is fixed when the decorator runs, so it is read at import.
 SETTINGS = Settings.from_env()
 GroupKey = tuple[str, str]
+T = TypeVar("T")
 
 
 @dataclass
@@ -233,34 +234,36 @@ def broker_statefulsets(
     }
 
 
-@kopf.index("v1", "services", labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: EXTERNAL})
-def external_services(
-    name: str,
-    namespace: str | None,
-    labels: Mapping[str, str],
-    spec: Mapping[str, Any],
-    status: Mapping[str, Any],
-    **_: Any,
-) -> dict[GroupKey, ExternalDoor]:
-    group = labels.get(LABEL_GROUP)
-    if group is None or namespace is None:
-        return {}
-    return {(namespace, group): external_door(name, spec, status)}
+def _by_group(
+    build: Callable[[str, Mapping[str, Any], Mapping[str, Any]], T],
+) -> Callable[..., dict[GroupKey, T]]:
+    """A kopf index function keyed by the object's group label: ``build(name, spec, status)``."""
+
+    def index(
+        name: str,
+        namespace: str | None,
+        labels: Mapping[str, str],
+        spec: Mapping[str, Any],
+        status: Mapping[str, Any],
+        **_: Any,
+    ) -> dict[GroupKey, T]:
+        group = labels.get(LABEL_GROUP)
+        if group is None or namespace is None:
+            return {}
+        return {(namespace, group): build(name, spec, status)}
+
+    return index
 
 
-@kopf.index("v1", "persistentvolumeclaims", labels={LABEL_MANAGED_BY: MANAGED_BY})
-def broker_claims(
-    name: str,
-    namespace: str | None,
-    labels: Mapping[str, str],
-    spec: Mapping[str, Any],
-    status: Mapping[str, Any],
-    **_: Any,
-) -> dict[GroupKey, ClaimInfo]:
-    group = labels.get(LABEL_GROUP)
-    if group is None or namespace is None:
-        return {}
-    return {(namespace, group): claim_info(name, spec, status)}
+#: per-broker external Services: node ports and load-balancer addresses
+external_services = kopf.index(
+    "v1", "services", labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: EXTERNAL},
+    id="external_services",
+)(_by_group(external_door))  # fmt: skip
+#: the brokers' volume claims (volume expansion)
+broker_claims = kopf.index(
+    "v1", "persistentvolumeclaims", labels={LABEL_MANAGED_BY: MANAGED_BY}, id="broker_claims"
+)(_by_group(claim_info))
 
 
 @dataclass(frozen=True)

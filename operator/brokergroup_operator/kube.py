@@ -80,21 +80,17 @@ class Kube:
 
     async def delete_pod(self, namespace: str, name: str) -> bool:
         """Delete one pod (a rolling step); False if it was already gone."""
-        self.requests += 1
-        try:
-            await self._client.delete(Pod, name, namespace=namespace)
-        except ApiError as exc:
-            if exc.status.code == 404:
-                return False
-            raise
-        return True
+        return await self._delete(Pod, namespace, name)
 
     async def delete_service(self, namespace: str, name: str) -> bool:
         """Delete a Service of ours the group no longer wants (a removed slave's external
         door); False if it was already gone."""
+        return await self._delete(Service, namespace, name)
+
+    async def _delete(self, kind: type[NamespacedResource], namespace: str, name: str) -> bool:
         self.requests += 1
         try:
-            await self._client.delete(Service, name, namespace=namespace)
+            await self._client.delete(kind, name, namespace=namespace)
         except ApiError as exc:
             if exc.status.code == 404:
                 return False
