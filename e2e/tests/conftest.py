@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from e2e.tests.kube import Kube
+from e2e.userpath import Cluster, find_tool
 
 E2E_DIR = Path(__file__).resolve().parent.parent
 LOCAL_KUBECTL = E2E_DIR / ".cluster" / "bin" / "kubectl"
@@ -69,3 +70,12 @@ def namespace(kube: Kube, request: pytest.FixtureRequest) -> Iterator[str]:
     yield name
     if os.environ.get("E2E_KEEP_NAMESPACES") != "1":
         kube.run("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="session")
+def cluster(kube: Kube) -> Cluster:
+    """The user's tools against the cluster: kubectl and helm (the chart-installed tests)."""
+    helm = find_tool("helm", "HELM")
+    if helm is None:
+        pytest.fail("no helm binary: `make cluster-build` builds one into e2e/.cluster/bin")
+    return Cluster(kube.env["KUBECONFIG"], kube.kubectl, helm)

@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from e2e.tests.kube import Kube, unavailable
-from e2e.userpath import CLIENT_SCRIPT, Cluster, eventually, find_tool, in_sync
+from e2e.tests.kube import unavailable
+from e2e.userpath import CLIENT_SCRIPT, Cluster, eventually, in_sync
 
 pytestmark = pytest.mark.timeout(900)
 EXAMPLE = "failover.yaml"
@@ -56,11 +56,8 @@ class Group:
 
 
 @pytest.fixture(scope="module")
-def group(kube: Kube, broker_image: str, operator_image: str) -> Iterator[Group]:
-    helm = find_tool("helm", "HELM")
-    if helm is None:
-        pytest.fail("no helm binary: `make cluster-build` builds one into e2e/.cluster/bin")
-    c = Cluster(kube.env["KUBECONFIG"], kube.kubectl, helm)
+def group(cluster: Cluster, broker_image: str, operator_image: str) -> Iterator[Group]:
+    c = cluster
     with c.example_group(EXAMPLE, "bgfailover", broker_image, operator_image, SLAVES) as (ns, name):
         yield Group(c, ns, name, c.client_pod(ns, broker_image))
 

@@ -30,8 +30,8 @@ from typing import Any
 
 import pytest
 
-from e2e.tests.kube import Kube, unavailable
-from e2e.userpath import Cluster, eventually, find_tool, in_sync
+from e2e.tests.kube import unavailable
+from e2e.userpath import Cluster, eventually, in_sync
 
 pytestmark = pytest.mark.timeout(1200)
 EXAMPLE = "async-2-slaves.yaml"
@@ -116,12 +116,9 @@ def pod_phase(obj: dict[str, Any] | None) -> str:
 
 
 @pytest.fixture(scope="module")
-def group(kube: Kube, broker_image: str, operator_image: str) -> Iterator[Group]:
+def group(cluster: Cluster, broker_image: str, operator_image: str) -> Iterator[Group]:
     """The operator (helm, namespaced mode) and one group, Ready, in a namespace of the module."""
-    helm = find_tool("helm", "HELM")
-    if helm is None:
-        pytest.fail("no helm binary: `make cluster-build` builds one into e2e/.cluster/bin")
-    c = Cluster(kube.env["KUBECONFIG"], kube.kubectl, helm)
+    c = cluster
     nodes = [
         n
         for n in c.json("get", "nodes")["items"]

@@ -24,8 +24,7 @@ from typing import Any
 
 import pytest
 
-from e2e.tests.kube import Kube
-from e2e.userpath import Cluster, eventually, find_tool, in_sync
+from e2e.userpath import Cluster, eventually, in_sync
 
 pytestmark = pytest.mark.timeout(600)
 EXAMPLE = "sync-1-slave.yaml"
@@ -62,11 +61,8 @@ def _epoch(stamp: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def group(kube: Kube, broker_image: str, operator_image: str) -> Iterator[Group]:
-    helm = find_tool("helm", "HELM")
-    if helm is None:
-        pytest.fail("no helm binary: `make cluster-build` builds one into e2e/.cluster/bin")
-    c = Cluster(kube.env["KUBECONFIG"], kube.kubectl, helm)
+def group(cluster: Cluster, broker_image: str, operator_image: str) -> Iterator[Group]:
+    c = cluster
     with c.example_group(EXAMPLE, "bghealth", broker_image, operator_image, 1) as (ns, name):
         yield Group(c, ns, name)
 
@@ -174,9 +170,11 @@ def test_volume_expansion_on_the_cluster(group: Group) -> None:
     )  # fmt: skip
     want = "AtRequestedSize" if grows else "ExpansionRefused"
     cond = eventually(
-        lambda: (c := g.condition("StorageExpanded"))["reason"] == want
-        and (not grows or "128Mi" in c["message"])
-        and c,
+        lambda: (
+            (c := g.condition("StorageExpanded"))["reason"] == want
+            and (not grows or "128Mi" in c["message"])
+            and c
+        ),
         60,
         want,
     )
