@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .manifests import master_pod, slave_pod
+from .manifests import SLAVE, master_pod, selector_labels, slave_pod
 from .spec import GroupSpec
 
 JSON = dict[str, Any]
@@ -239,6 +239,12 @@ def _ids(entries: Sequence[JSON]) -> str:
     return ", ".join(str(e["brokerId"]) for e in entries)
 
 
+def slave_selector(group: str) -> str:
+    """``.status.selector``, the scale subresource's label selector (what a
+    HorizontalPodAutoscaler reads pod metrics by): the slave StatefulSet's pods."""
+    return ",".join(f"{k}={v}" for k, v in sorted(selector_labels(group, SLAVE).items()))
+
+
 def slave_replicas(slaves: Mapping[int, BrokerReport]) -> int:
     """``.status.slaveReplicas``, the scale subresource's current count: slave pods that
     exist and are not being deleted (``kubectl scale`` sets ``spec.slaves``)."""
@@ -395,6 +401,7 @@ def compute_status(
         "phase": phase,
         "inSyncSlaves": f"{len(in_sync)}/{spec.slaves}",
         "slaveReplicas": slave_replicas(obs.slaves),
+        "selector": slave_selector(spec.name),
         "maxLagBytes": max_lag,
         "conditions": cond,
         "master": master_out,
@@ -519,6 +526,7 @@ MANAGED_STATUS_KEYS = frozenset(
         "phase",
         "inSyncSlaves",
         "slaveReplicas",
+        "selector",
         "maxLagBytes",
         "conditions",
         "master",

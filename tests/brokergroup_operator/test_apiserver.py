@@ -761,6 +761,10 @@ def test_kubectl_scale_sets_the_slaves(api: kubeapi.ApiServer, operator: Any) ->
     scale = json.loads(api.kubectl("get", "--raw", raw).stdout)
     # no kubelet here: no slave pod exists, and the status says so
     assert scale["spec"]["replicas"] == 3 and scale["status"]["replicas"] == 0
+    # an autoscaler finds the slave pods by the selector the scale subresource gives
+    assert scale["status"]["selector"] == (
+        "app.kubernetes.io/component=slave,brokergroup.io/group=scaled"
+    )
     # the schema still holds through the scale subresource
     out = api.kubectl("scale", "-n", NS, "bg/scaled", "--replicas=17", check=False)
     assert out.returncode != 0 and "spec.slaves" in out.stderr, out.stderr

@@ -332,6 +332,7 @@ def test_crd_is_structural_enough():
         "scale": {
             "specReplicasPath": ".spec.slaves",
             "statusReplicasPath": ".status.slaveReplicas",
+            "labelSelectorPath": ".status.selector",
         },
     }
     assert crd["spec"]["names"]["shortNames"] == ["bg"]
