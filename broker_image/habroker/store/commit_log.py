@@ -37,6 +37,49 @@ _STORE_TS = struct.Struct(">q")
 _HEADERS = {n: struct.Struct(f">iiiiiqq{n}si") for n in (48, 60, 72)}
 
 
+def encode_records(
+    topic_tail: bytes,
+    queue_id: int,
+    entries: Sequence[BatchEntry],
+    first_queue_offset: int,
+    shared: bytes,
+    record_base: int,
+    phys: int,
+) -> tuple[list[bytes | memoryview], int]:
+    """A batch's records (spec §1.1) as buffers to write back to back from ``phys``, and the
+    offset after them.  See :meth:`CommitLog.put_batch` for the arguments."""
+    header = _HEADERS[len(shared)]
+    pack = header.pack
+    i16 = _I16.pack
+    crc32 = zlib.crc32
+    parts: list[bytes | memoryview] = []
+    append = parts.append
+    queue_offset = first_queue_offset
+    bare_tail = topic_tail + b"\x00\x00"  # topic + zero properties length
+    for entry in entries:
+        body = entry.body
+        props = entry.properties
+        size = record_base + len(body) + len(props)
+        append(
+            pack(
+                size,
+                MAGIC_V1,
+                crc32(body) & 0x7FFFFFFF,
+                queue_id,
+                entry.flag,
+                queue_offset,
+                phys,
+                shared,
+                len(body),
+            )
+        )
+        append(body)
+        append(topic_tail + i16(len(props)) + props if props else bare_tail)
+        phys += size
+        queue_offset += 1
+    return parts, phys
+
+
 class CommitLog:
     def __init__(self, directory: Path, file_size: int) -> None:
         self.queue = MappedFileQueue(directory, file_size)
@@ -79,38 +122,11 @@ class CommitLog:
             self._check_disk()  # before the BLANK: a refused put writes nothing
             self._seal(mf)
             mf = self.queue.last_writable()
-        phys = mf.wrote_offset
-        start = phys
-        header = _HEADERS[len(shared)]
-        pack = header.pack
-        i16 = _I16.pack
-        crc32 = zlib.crc32
-        parts: list[bytes | memoryview] = []
-        append = parts.append
-        queue_offset = first_queue_offset
-        bare_tail = topic_tail + b"\x00\x00"  # topic + zero properties length
-        for entry in entries:
-            body = entry.body
-            props = entry.properties
-            size = record_base + len(body) + len(props)
-            append(
-                pack(
-                    size,
-                    MAGIC_V1,
-                    crc32(body) & 0x7FFFFFFF,
-                    queue_id,
-                    entry.flag,
-                    queue_offset,
-                    phys,
-                    shared,
-                    len(body),
-                )
-            )
-            append(body)
-            append(topic_tail + i16(len(props)) + props if props else bare_tail)
-            phys += size
-            queue_offset += 1
-        mf.append_parts(parts, phys - start)
+        start = mf.wrote_offset
+        parts, end = encode_records(
+            topic_tail, queue_id, entries, first_queue_offset, shared, record_base, start
+        )
+        mf.append_parts(parts, end - start)
         return start
 
     def _writable_file(self) -> MappedFile:

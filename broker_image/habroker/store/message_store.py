@@ -18,6 +18,7 @@ import re
 import struct
 import time
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 
 from habroker.config import BrokerConfig, BrokerRole, FlushDiskType
 from habroker.message import (
@@ -78,6 +79,20 @@ MAX_FILTERED_UNITS = 16000
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class PutPlan:
+    """A validated batch: the parts its records share, before any byte is written."""
+
+    topic_tail: bytes  # topic length byte + topic
+    shared: bytes  # SYSFLAG .. PREPAREDTRANSACTIONOFFSET
+    record_base: int  # a record's size without body and properties
+    total: int
+    sizes: list[int] | None  # each record's size, for a batch of more than one
+    queue_offset: int  # the first record's queue offset
+    store_block: bytes  # STOREHOST as written
+    store_ts: int
 
 
 class MessageStore:
@@ -320,6 +335,58 @@ class MessageStore:
         carries the producer's bits (COMPRESSED, MULTI_TAGS, ...); the address-family bits
         are the store's to set from the real addresses.
         """
+        plan = self.plan_put(
+            topic,
+            queue_id,
+            entries,
+            born_host=born_host,
+            born_timestamp=born_timestamp,
+            sys_flag=sys_flag,
+            reconsume_times=reconsume_times,
+        )
+        wrote_offset = self.commit_log.put_batch(
+            plan.topic_tail,
+            queue_id,
+            entries,
+            plan.queue_offset,
+            plan.shared,
+            plan.record_base,
+            plan.total,
+        )
+        record_offsets: list[int] | None = None
+        if plan.sizes is not None:
+            record_offsets = []
+            at = wrote_offset
+            for size in plan.sizes:
+                record_offsets.append(at)
+                at += size
+        self._queue_offsets[(topic, queue_id)] = plan.queue_offset + len(entries)
+        self.reput.do_reput()
+        self._notify()
+        return PutResult(
+            PutStatus.PUT_OK,
+            wrote_offset,
+            plan.total,
+            plan.queue_offset,
+            len(entries),
+            (plan.store_block + _I64.pack(wrote_offset)).hex().upper(),
+            plan.store_ts,
+            record_offsets,
+        )
+
+    def plan_put(
+        self,
+        topic: str,
+        queue_id: int,
+        entries: Sequence[BatchEntry],
+        *,
+        born_host: tuple[str, int],
+        born_timestamp: int | None = None,
+        sys_flag: int = 0,
+        reconsume_times: int = 0,
+    ) -> PutPlan:
+        """Validate a batch and compute what its records share; raises before anything is
+        written.  The commit log (classic or DLedger) then lays the records down."""
         if not self._running:
             raise StoreNotWritable("the store is not running")
         if self.config.brokerRole == BrokerRole.SLAVE:
@@ -391,29 +458,15 @@ class MessageStore:
                 _SHARED_TAIL.pack(reconsume_times, 0),
             )
         )
-        topic_tail = bytes((len(topic_raw),)) + topic_raw
-        wrote_offset = self.commit_log.put_batch(
-            topic_tail, queue_id, entries, queue_offset, shared, record_base, total
-        )
-        record_offsets: list[int] | None = None
-        if sizes is not None:
-            record_offsets = []
-            at = wrote_offset
-            for size in sizes:
-                record_offsets.append(at)
-                at += size
-        self._queue_offsets[key] = queue_offset + len(entries)
-        self.reput.do_reput()
-        self._notify()
-        return PutResult(
-            PutStatus.PUT_OK,
-            wrote_offset,
+        return PutPlan(
+            bytes((len(topic_raw),)) + topic_raw,
+            shared,
+            record_base,
             total,
+            sizes,
             queue_offset,
-            len(entries),
-            (store_block + _I64.pack(wrote_offset)).hex().upper(),
+            store_block,
             store_ts,
-            record_offsets,
         )
 
     def _check_topic(self, topic: str) -> bytes:
