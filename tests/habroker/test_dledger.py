@@ -192,6 +192,66 @@ def test_killed_leader_is_replaced_and_catches_up_when_back(dledger_group):
     print(f"leader killed: new leader took writes after {took:.2f}s; old one caught up")
 
 
+def test_paused_leader_is_voted_out_and_follows_when_it_returns(dledger_group):
+    """The leader SIGSTOPped (a partition it cannot notice): the others elect a new leader;
+    thawed, the old one learns the higher term and follows; no peer's committed index ever
+    goes back."""
+    group = dledger_group(3)
+    old = group.leader()
+    create_topic(group)
+    first = produce(old, "p", 32)
+    group.wait_converged()
+    seen: dict[str, list[int]] = {}
+
+    def sample() -> None:
+        for p in group.peers:
+            st = group.dledger_status(p)
+            if st is not None:
+                seen.setdefault(st["selfId"], []).append(st["committedIndex"])
+
+    old_term = group.dledger_status(old)["term"]
+    old.pause()
+    new = group.leader(exclude=[old])
+    sample()
+    second = produce(new, "q", 32)
+    sample()
+    old.resume()
+    deadline = time.monotonic() + 15
+    while group.dledger_status(old)["role"] != "FOLLOWER":
+        assert time.monotonic() < deadline, group.dledger_status(old)
+        sample()
+        time.sleep(0.1)
+    group.wait_converged()
+    sample()
+    assert group.dledger_status(old)["term"] > old_term
+    assert all(marks == sorted(marks) for marks in seen.values()), seen
+    assert sorted(read_all(old)) == sorted(x.encode() for x in first + second)
+
+
+def test_leadership_transfer_moves_the_master(dledger_group):
+    group = dledger_group(3)
+    old = group.leader()
+    create_topic(group)
+    produce(old, "t", 16)
+    target = next(p for p in group.peers if p is not old)
+    target_id = target.config["dLegerSelfId"]
+    code, body = target.request(
+        "POST", "/v1/admin/dledger/leadership-transfer", {"transfereeId": "n0"}
+    )
+    assert code == 409 and body["error"] == "not_leader", body
+    code, body = old.request(
+        "POST", "/v1/admin/dledger/leadership-transfer", {"transfereeId": "n9"}
+    )
+    assert code == 400 and body["error"] == "unknown_peer", body
+    code, body = old.request(
+        "POST", "/v1/admin/dledger/leadership-transfer", {"transfereeId": target_id}, timeout=30
+    )
+    assert code == 200 and body["leaderId"] == target_id, body
+    assert group.leader() is target
+    produce(target, "u", 16)
+    assert group.wait_converged() == 31
+
+
 def test_old_leader_with_divergent_tail_is_truncated(dledger_group):
     group = dledger_group(3)
     old = group.leader()
