@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -223,6 +223,21 @@ class DLedgerServer:
             raise NotLeader(RC.LEADER_PENDING_FULL, st.self_id)
         entry = self.store.append_as_leader(body, st.term, hook)
         return entry, self.pusher.wait_ack(entry)
+
+    def append_batch(
+        self, bodies: Sequence[bytes], hook: AppendHook | None = None
+    ) -> tuple[list[DLedgerEntry], asyncio.Future[Body]]:
+        """Append several entries at once; one future, for the last (commits are in order,
+        so a quorum for the last is a quorum for all)."""
+        st = self.state
+        if not st.is_leader:
+            raise NotLeader(RC.NOT_LEADER, st.leader_id)
+        if st.transferee is not None:
+            raise NotLeader(RC.LEADER_TRANSFERRING, st.transferee)
+        if self.pusher.pending_full():
+            raise NotLeader(RC.LEADER_PENDING_FULL, st.self_id)
+        entries = self.store.append_batch_as_leader(bodies, st.term, hook)
+        return entries, self.pusher.wait_ack(entries[-1])
 
     async def flush(self) -> None:
         """Flush the data and index files (one flush at a time; callers share it)."""

@@ -19,11 +19,12 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from habroker.dledger.entry import DLedgerEntry, same_entry, to_json_dict
+from habroker.dledger.entry import DLedgerEntry, entries_json, same_entry
+from habroker.dledger.entry import decode as decode_entry
 from habroker.dledger.member_state import MemberState
 from habroker.dledger.protocol import (
     Body,
@@ -57,9 +58,10 @@ class DLedgerStore(Protocol):
     @property
     def flushed_index(self) -> int: ...
     def get(self, index: int) -> DLedgerEntry | None: ...
-    def append_as_follower(
-        self, entry: DLedgerEntry, leader_term: int, leader_id: str
-    ) -> DLedgerEntry: ...
+    def raw_entries(self, first: int, max_count: int, max_bytes: int) -> list[memoryview]: ...
+    def append_batch_as_follower(
+        self, entries: Sequence[DLedgerEntry], leader_term: int, leader_id: str
+    ) -> None: ...
     def truncate(self, entry: DLedgerEntry, leader_term: int, leader_id: str) -> int: ...
     def update_committed_index(self, term: int, index: int) -> None: ...
 
@@ -373,37 +375,29 @@ class EntryDispatcher:
         while self.write_index <= store.ledger_end_index:
             if len(self.inflight) >= cfg.max_pending_pushes:
                 return
-            batch: list[DLedgerEntry] = []
-            size = 0
-            while (
-                self.write_index + len(batch) <= store.ledger_end_index
-                and len(batch) < cfg.max_batch_entries
-                and size < cfg.max_batch_bytes
-            ):
-                entry = store.get(self.write_index + len(batch))
-                if entry is None:
-                    if self.write_index + len(batch) < store.ledger_begin_index:
-                        self._change(-1, PushType.COMPARE)
-                        return
-                    break
-                batch.append(entry)
-                size += entry.size
-            if not batch:
+            index = self.write_index
+            if index < store.ledger_begin_index:
+                self._change(-1, PushType.COMPARE)
                 return
-            self._send_append(batch)
-            self.write_index += len(batch)
+            raw = store.raw_entries(index, cfg.max_batch_entries, cfg.max_batch_bytes)
+            if not raw:
+                return
+            self._send_append(index, raw)
+            self.write_index += len(raw)
         if _now_ms() - self.last_commit_push > 1000:
             self.last_commit_push = _now_ms()
             self._spawn(self._request(PushType.COMMIT, None), None)
 
-    def _send_append(self, batch: list[DLedgerEntry]) -> None:
-        request = self._request(PushType.APPEND, batch[0] if len(batch) == 1 else None)
-        if len(batch) > 1:
-            request["batchEntry"] = [to_json_dict(e) for e in batch]
-        self.inflight[batch[0].index] = (_now_ms(), len(batch))
+    def _send_append(self, first: int, raw: list[memoryview]) -> None:
+        if len(raw) == 1:  # one entry travels as ``entry``, as a Java leader sends it
+            request = self._request(PushType.APPEND, decode_entry(raw[0]))
+        else:
+            request = self._request(PushType.APPEND, None)
+            request["batchEntry"] = entries_json(raw)
+        self.inflight[first] = (_now_ms(), len(raw))
         self.last_commit_push = _now_ms()
         self.pushes += 1
-        self._spawn(request, (batch[0].index, len(batch)))
+        self._spawn(request, (first, len(raw)))
 
     def _spawn(self, request: Body, span: tuple[int, int] | None) -> None:
         term = self.term
@@ -658,10 +652,9 @@ class EntryHandler:
         request = waiting.request
         try:
             self._check(request)
-            for entry in push_entries(request):
-                self.pusher.store.append_as_follower(
-                    entry, term_of(request), str(request.get("leaderId"))
-                )
+            self.pusher.store.append_batch_as_follower(
+                push_entries(request), term_of(request), str(request.get("leaderId"))
+            )
             return True
         except _Refused as exc:
             waiting.future.set_result(self._response(request, exc.code))

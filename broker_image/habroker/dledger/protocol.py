@@ -15,7 +15,7 @@ import json
 from enum import IntEnum, StrEnum
 from typing import Any
 
-from habroker.dledger.entry import DLedgerEntry, from_json_dict, to_json_dict
+from habroker.dledger.entry import DLedgerEntry, RawJSON, from_json_dict, to_json_dict
 
 Body = dict[str, Any]
 
@@ -99,11 +99,22 @@ class PushType(StrEnum):
 
 
 # -- bodies ------------------------------------------------------------------------------------
+_RAW = "\u0000raw\u0000"
+
+
 def encode(body: Body) -> bytes:
-    """fastjson's form: nulls left out, keys in name order (fastjson sorts bean fields)."""
-    return json.dumps(
-        {k: v for k, v in sorted(body.items()) if v is not None}, separators=(",", ":")
-    ).encode()
+    """fastjson's form: nulls left out, keys in name order (fastjson sorts bean fields).
+    A :class:`RawJSON` value (a push's entries) goes in as it is."""
+    raw = [v for v in body.values() if isinstance(v, RawJSON)]
+    fields = {
+        k: (_RAW if isinstance(v, RawJSON) else v) for k, v in sorted(body.items()) if v is not None
+    }
+    text = json.dumps(fields, separators=(",", ":"))
+    if raw:
+        marker = json.dumps(_RAW)
+        head, *rest = text.split(marker)
+        text = head + "".join(str.__str__(r) + tail for r, tail in zip(raw, rest, strict=True))
+    return text.encode()
 
 
 def decode(raw: bytes | bytearray | memoryview | None) -> Body:
