@@ -40,6 +40,7 @@ from .manifests import (
     LABEL_ROLE,
     MANAGED_BY,
     MASTER,
+    PEER,
     RESTART_ANNOTATION,
     SLAVE,
     SWITCHOVER_ANNOTATION,
@@ -191,6 +192,8 @@ async def watch_broker_pod(
     if event.get("type") is None:
         return  # the listing at startup: a baseline, not a change
     role = (new.role if new else None) or (old.role if old else None)
+    if role is None and name.startswith(peers_name(group) + "-"):
+        role = PEER  # a DLEDGER peer the leader daemon has not labelled yet
     role = role or (MASTER if broker_id == 0 else SLAVE)
     now = time.monotonic()
     since = state.not_ready_since.get(name)
