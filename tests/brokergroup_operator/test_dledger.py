@@ -468,3 +468,87 @@ def test_roll_nothing_to_do_and_unobserved_spec():
     unobserved = StsInfo(name="bg-peers", generation=3, observed_generation=2)
     assert "observe its spec" in plan_dledger_roll([pod(0)], unobserved, {}).message
     assert plan_dledger_roll([pod(0)], None, {}).pending == []
+
+
+# -- the sweep's I/O, against stand-in brokers -------------------------------------------
+class FakeBrokers:
+    """The broker calls a DLEDGER sweep makes, answered from a table (address -> status)."""
+
+    def __init__(self, statuses):
+        self.statuses = statuses
+        self.calls = []
+
+    async def status(self, address):
+        from brokergroup_operator.brokerapi import BrokerAPIError
+
+        if address not in self.statuses:
+            raise BrokerAPIError("connection refused")
+        return self.statuses[address]
+
+    async def patch_config(self, address, body):
+        self.calls.append(("config", address))
+
+    async def subscription_groups(self, address):
+        self.calls.append(("groups", address))
+        return {}
+
+    async def put_subscription_group(self, address, group, body):
+        self.calls.append(("group", address, group))
+
+    async def leadership_transfer(self, address, transferee_id, seconds=15.0):
+        self.calls.append(("transfer", address, transferee_id))
+        return {}
+
+
+async def run_sweep(reports, pods, sts=STS):
+    import logging
+
+    from brokergroup_operator.settings import Settings
+    from brokergroup_operator.sweep import GroupState, sweep
+
+    statuses = {f"{r.pod.ip}:10913": r.status for r in reports if r.status is not None}
+    brokers = FakeBrokers(statuses)
+    deleted = []
+
+    async def delete_pod(name):
+        deleted.append(name)
+        return True
+
+    result = await sweep(
+        brokers=brokers,
+        settings=Settings(),
+        group=spec(),
+        pods=pods,
+        statefulsets={"bg-peers": sts},
+        previous={},
+        state=GroupState(),
+        generation=1,
+        delete_pod=delete_pod,
+        logger=logging.getLogger("test"),
+        now=T0,
+    )
+    return result, brokers.calls, deleted
+
+
+async def test_sweep_reports_the_quorum_and_restarts_an_outdated_follower():
+    reports = quorum(leader=1)
+    pods = [pod(0, revision="r2"), pod(1, revision="r1"), pod(2, revision="r1")]
+    result, calls, deleted = await run_sweep(reports, pods)
+    assert result.status["dledger"]["leader"] == "bg-peers-1"
+    assert result.status["rollout"]["pending"] == ["bg-peers-2", "bg-peers-1"]
+    assert result.status["phase"] == "Updating"
+    assert deleted == ["bg-peers-2"]
+    assert [e.reason for e in result.events] == ["RollingRestart"]
+    # the read policy's subscription groups are read from the leader
+    assert ("groups", "10.0.0.11:10913") in calls
+    assert not [c for c in calls if c[0] == "transfer"]
+
+
+async def test_sweep_transfers_leadership_away_from_an_outdated_leader():
+    reports = quorum(leader=1)
+    pods = [pod(0, revision="r2"), pod(1, revision="r1"), pod(2, revision="r2")]
+    result, calls, deleted = await run_sweep(reports, pods)
+    assert ("transfer", "10.0.0.11:10913", "n0") in calls
+    assert deleted == []  # the old leader is restarted at a later sweep, as a follower
+    (event,) = [e for e in result.events if e.reason == "LeadershipTransferred"]
+    assert event.message == "bg-peers-0 (n0) leads; bg-peers-1 is restarted next as a follower"
