@@ -144,6 +144,17 @@ def _peer_entry(
     return {k: v for k, v in entry.items() if v is not None}
 
 
+def peers_in_template(sts_spec: Mapping[str, Any]) -> int | None:
+    """How many peers a StatefulSet's pod template names in ``HABROKER_dLegerPeers`` (None
+    for a StatefulSet that is not a DLEDGER group's)."""
+    containers = ((sts_spec.get("template") or {}).get("spec") or {}).get("containers") or []
+    for container in containers:
+        for env in container.get("env") or []:
+            if env.get("name") == "HABROKER_dLegerPeers" and env.get("value"):
+                return len([p for p in str(env["value"]).split(";") if p])
+    return None
+
+
 def peer_selector(group: str) -> str:
     """``.status.selector`` of a DLEDGER group: every peer (the group's pods)."""
     return ",".join(f"{k}={v}" for k, v in sorted(selector_labels(group).items()))

@@ -26,7 +26,13 @@ from lightkube import ApiError
 
 from . import GROUP, KIND, PLURAL, VERSION, metrics
 from .brokerapi import BrokerAPI, BrokerAPIError
-from .dledger import find_leader, leader_event, recorded_leader, role_labels
+from .dledger import (
+    find_leader,
+    leader_event,
+    peers_in_template,
+    recorded_leader,
+    role_labels,
+)
 from .drift import describe, drifted, find_child
 from .election import Assignment, assignment_from_status
 from .external import external_door, stale_doors
@@ -237,6 +243,7 @@ def broker_statefulsets(
                 ),
                 None,
             ),
+            peers=peers_in_template(spec),
         )
     }
 
@@ -323,7 +330,7 @@ def _parse(
     """The spec, checked on its own and against the group's StatefulSets (a group cannot move
     between DLEDGER and SYNC/ASYNC, nor change its number of DLedger peers)."""
     group = parse_spec(name, namespace, spec)
-    check_children(group, {s.name: s.replicas for s in stses.get((namespace, name), [])})
+    check_children(group, {s.name: s.peers for s in stses.get((namespace, name), [])})
     return group
 
 

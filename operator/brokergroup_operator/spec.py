@@ -352,10 +352,12 @@ def _validate_dledger(spec: GroupSpec) -> None:
         )
 
 
-def check_children(spec: GroupSpec, statefulsets: Mapping[str, int]) -> None:
+def check_children(spec: GroupSpec, statefulsets: Mapping[str, int | None]) -> None:
     """What the spec may not change about a group that already exists, seen from its
-    StatefulSets (name -> replicas): the CRD refuses the same changes with CEL transition
-    rules, this catches them under an older CRD or a schema-less apply.
+    StatefulSets (name -> the number of peers its pod template names in dLegerPeers, which a
+    hand-scaled StatefulSet keeps: that is drift, repaired, not a resize): the CRD refuses the
+    same changes with CEL transition rules, this catches them under an older CRD or a
+    schema-less apply.
 
     A group cannot move between DLEDGER and SYNC/ASYNC (the commit logs differ: migrating the
     data is not implemented), and a DLEDGER group cannot change its number of peers (habroker
@@ -364,6 +366,7 @@ def check_children(spec: GroupSpec, statefulsets: Mapping[str, int]) -> None:
     from .manifests import master_name, peers_name, slave_name
 
     classic = {master_name(spec.name), slave_name(spec.name)} & set(statefulsets)
+    has_peers = peers_name(spec.name) in statefulsets
     peers = statefulsets.get(peers_name(spec.name))
     if spec.dledger and classic:
         raise SpecError(
@@ -371,7 +374,7 @@ def check_children(spec: GroupSpec, statefulsets: Mapping[str, int]) -> None:
             "cannot change to DLEDGER: this group runs SYNC/ASYNC brokers and migrating its "
             "data to a DLedger commit log is not supported; create a new group",
         )
-    if not spec.dledger and peers is not None:
+    if not spec.dledger and has_peers:
         raise SpecError(
             "spec.replicationMode",
             f"cannot change from DLEDGER to {spec.replication_mode}: migrating a DLedger "

@@ -94,6 +94,21 @@ def test_mode_switches_and_resizes_are_refused_against_the_existing_statefulsets
     with pytest.raises(SpecError, match="membership change is not implemented") as err:
         check_children(spec(replicas=5), {"bg-peers": 3})
     assert err.value.field == "spec.replicas"
+    with pytest.raises(SpecError, match="cannot change from DLEDGER"):
+        check_children(classic, {"bg-peers": None})
+
+
+def test_the_group_size_is_read_from_the_template_not_the_replicas():
+    """A peers StatefulSet scaled by hand is drift (repaired), not a resize of the group: its
+    size as applied is the number of peers its pod template names."""
+    from brokergroup_operator.dledger import peers_in_template
+
+    sts = m.statefulset(spec(replicas=5), OWNER, m.PEER)
+    sts["spec"]["replicas"] = 2
+    assert peers_in_template(sts["spec"]) == 5
+    assert peers_in_template(m.statefulset(spec(), OWNER, m.PEER)["spec"]) == 3
+    classic = parse_spec("bg", "ns", {"image": "x"})
+    assert peers_in_template(m.statefulset(classic, OWNER, m.SLAVE)["spec"]) is None
 
 
 # -- manifests ---------------------------------------------------------------------------
