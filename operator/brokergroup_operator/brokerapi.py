@@ -34,14 +34,20 @@ class BrokerAPI:
         self._limit = asyncio.Semaphore(concurrency)
         self.requests = 0  # counted for the benchmark
 
-    async def _call(self, method: str, address: str, path: str, body: JSON | None = None) -> Any:
+    async def _call(
+        self,
+        method: str,
+        address: str,
+        path: str,
+        body: JSON | None = None,
+        seconds: float | None = None,
+    ) -> Any:
         url = f"http://{address}{path}"
+        limit = self._timeout if seconds is None else aiohttp.ClientTimeout(total=seconds)
         async with self._limit:
             self.requests += 1
             try:
-                async with self._session.request(
-                    method, url, json=body, timeout=self._timeout
-                ) as resp:
+                async with self._session.request(method, url, json=body, timeout=limit) as resp:
                     if resp.status >= 400:
                         text = (await resp.text())[:300]
                         raise BrokerAPIError(
@@ -91,4 +97,19 @@ class BrokerAPI:
     async def fence(self, address: str, epoch: int) -> JSON:
         """``POST /v1/admin/fence``: refuse writes from now on; returns the broker's maxOffset."""
         result = await self._call("POST", address, "/v1/admin/fence", {"epoch": epoch})
+        return result if isinstance(result, dict) else {}
+
+    async def leadership_transfer(
+        self, address: str, transferee_id: str, seconds: float = 15.0
+    ) -> JSON:
+        """``POST /v1/admin/dledger/leadership-transfer`` on a DLEDGER group's leader: answers
+        200 once ``transferee_id`` leads (an election's length), 409 when the broker is not a
+        DLedger leader."""
+        result = await self._call(
+            "POST",
+            address,
+            "/v1/admin/dledger/leadership-transfer",
+            {"transfereeId": transferee_id},
+            seconds=seconds,
+        )
         return result if isinstance(result, dict) else {}

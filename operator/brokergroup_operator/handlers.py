@@ -13,6 +13,7 @@ on its next tick.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -25,6 +26,13 @@ from lightkube import ApiError
 
 from . import GROUP, KIND, PLURAL, VERSION, metrics
 from .brokerapi import BrokerAPI, BrokerAPIError
+from .dledger import (
+    find_leader,
+    leader_event,
+    peers_in_template,
+    recorded_leader,
+    role_labels,
+)
 from .drift import describe, drifted, find_child
 from .election import Assignment, assignment_from_status
 from .external import external_door, stale_doors
@@ -38,21 +46,24 @@ from .manifests import (
     LABEL_ROLE,
     MANAGED_BY,
     MASTER,
+    PEER,
     RESTART_ANNOTATION,
     SLAVE,
     SWITCHOVER_ANNOTATION,
     broker_id_of_pod,
     children,
     master_name,
+    peer_pod,
+    peers_name,
     pod_dns,
     slave_name,
 )
 from .rolling import StsInfo
 from .settings import Settings, configure_kopf
-from .spec import GroupSpec, SpecError, broker_config_warnings, parse_spec
+from .spec import GroupSpec, SpecError, broker_config_warnings, check_children, parse_spec
 from .status import PodInfo, container_facts, pod_transitions, status_patch
 from .storage import ClaimInfo, claim_info, storage_condition, to_grow
-from .sweep import GroupState, invalid_status, now_iso, sweep
+from .sweep import GroupState, invalid_status, now_iso, poll_broker, resolver_for, sweep
 
 #: one DEBUG line per group sweep (``brokergroup-operator --log-sweeps``)
 SWEEP_LOG = logging.getLogger("brokergroup_operator.sweeps")
@@ -187,6 +198,8 @@ async def watch_broker_pod(
     if event.get("type") is None:
         return  # the listing at startup: a baseline, not a change
     role = (new.role if new else None) or (old.role if old else None)
+    if role is None and name.startswith(peers_name(group) + "-"):
+        role = PEER  # a DLEDGER peer the leader daemon has not labelled yet
     role = role or (MASTER if broker_id == 0 else SLAVE)
     now = time.monotonic()
     since = state.not_ready_since.get(name)
@@ -230,6 +243,7 @@ def broker_statefulsets(
                 ),
                 None,
             ),
+            peers=peers_in_template(spec),
         )
     }
 
@@ -310,6 +324,16 @@ def _group_body(ref: GroupRef) -> kopf.Body:
 
 
 # -- reconcile ---------------------------------------------------------------------------
+def _parse(
+    name: str, namespace: str, spec: Mapping[str, Any], stses: kopf.Index[GroupKey, StsInfo]
+) -> GroupSpec:
+    """The spec, checked on its own and against the group's StatefulSets (a group cannot move
+    between DLEDGER and SYNC/ASYNC, nor change its number of DLedger peers)."""
+    group = parse_spec(name, namespace, spec)
+    check_children(group, {s.name: s.peers for s in stses.get((namespace, name), [])})
+    return group
+
+
 def _owner(body: kopf.Body) -> dict[str, Any]:
     return {"name": body.metadata.name, "uid": body.metadata.uid}
 
@@ -375,7 +399,7 @@ async def reconcile(
     runtime = _runtime(memo)
     assert namespace is not None  # BrokerGroup is namespaced
     try:
-        group = parse_spec(name, namespace, spec)
+        group = _parse(name, namespace, spec, kwargs["broker_statefulsets"])
     except SpecError as exc:
         # Kept running: the old children stay as they were, the timer reports SpecValid=False.
         logger.warning("spec refused: %s", exc)
@@ -416,7 +440,7 @@ async def restart_requested(
     if key not in runtime.restarts or runtime.restarts[key] == wanted:
         return
     try:
-        group = parse_spec(name, namespace, spec)
+        group = _parse(name, namespace, spec, kwargs["broker_statefulsets"])
     except SpecError as exc:
         logger.warning("restart requested but the spec is refused: %s", exc)
         return
@@ -460,7 +484,7 @@ async def repair_child(
     if ref is None or ref.deleting or ref.uid not in owners:
         return  # not ours, or its group is going: the garbage collector's business
     try:
-        group = parse_spec(ref.name, namespace, ref.spec)
+        group = _parse(ref.name, namespace, ref.spec, kwargs["broker_statefulsets"])
     except SpecError:
         return  # the reconcile handler reports it; the children stay as last applied
     group = replace(group, restart=ref.restart)
@@ -561,14 +585,15 @@ async def poll_group(
     previous: dict[str, Any] = dict(status or {})
     generation = int(meta.get("generation") or 0)
     try:
-        group = parse_spec(name, namespace, spec)
+        group = _parse(name, namespace, spec, broker_statefulsets)
     except SpecError as exc:
         invalid = invalid_status(generation, previous, exc, now_iso())
         patch.status.update(status_patch(previous, invalid))
         return
 
     stses = {s.name: s for s in broker_statefulsets.get(key, [])}
-    missing = master_name(name) not in stses or slave_name(name) not in stses
+    wanted = [peers_name(name)] if group.dledger else [master_name(name), slave_name(name)]
+    missing = any(sts not in stses for sts in wanted)
     if missing and time.monotonic() - state.last_apply > 30:
         logger.info("children missing: re-applying")
         await _apply_children(runtime, group, body, broker_statefulsets)
@@ -783,3 +808,67 @@ class KubeMembers:
             http=f"{host}:{self.group.http_port}",
             client=f"{client_host}:{self.group.client_port}",
         )
+
+
+# -- the DLedger leader daemon -----------------------------------------------------------
+#: seconds between two probes of a DLEDGER group's peers
+DLEDGER_TICK = 1.0
+
+
+def _dledger_mode(spec: kopf.Spec, **_: Any) -> bool:
+    return spec.get("replicationMode") == "DLEDGER"
+
+
+@kopf.daemon(
+    GROUP,
+    VERSION,
+    PLURAL,
+    when=_dledger_mode,
+    cancellation_timeout=10.0,
+    initial_delay=1.0,
+)
+async def dledger_daemon(
+    body: kopf.Body,
+    spec: kopf.Spec,
+    status: kopf.Status,
+    name: str,
+    namespace: str | None,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+    stopped: kopf.DaemonStopped,
+    **kwargs: Any,
+) -> None:
+    """Follow a DLEDGER group's leader every second: the role label on its pods (the client
+    Service selects ``brokergroup.io/role=master``, the leader) and a ``LeaderElected`` Event
+    each time the leader or its term changes. The peers elect; the operator only follows."""
+    broker_pods: kopf.Index[GroupKey, PodInfo] = kwargs["broker_pods"]
+    runtime = _runtime(memo)
+    assert namespace is not None
+    key = (namespace, name)
+    resolve = resolver_for(runtime.settings)
+    last = recorded_leader(status)
+    while not stopped:
+        try:
+            group = parse_spec(name, namespace, spec)
+        except SpecError:
+            await stopped.wait(DLEDGER_TICK)
+            continue
+        pods = {p.name: p for p in broker_pods.get(key, [])}
+        names = [peer_pod(name, i) for i in range(group.replicas)]
+        reports = await asyncio.gather(
+            *(poll_broker(runtime.brokers, resolve, group, pods.get(n)) for n in names)
+        )
+        leader = find_leader(group, reports)
+        event = leader_event(last, leader)
+        if event is not None and leader is not None:
+            logger.info("%s: %s", event.reason, event.message)
+            kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+            last = (leader.pod, leader.term)
+        live = {n: pods[n].role for n in names if n in pods and not pods[n].deleting}
+        try:
+            for pod, role in role_labels(group, leader, live).items():
+                await runtime.kube.label_pod(namespace, pod, {LABEL_ROLE: role})
+        except ApiError as exc:
+            metrics.count_error("dledger")
+            logger.warning("labelling the leader failed, retrying: %s", exc)
+        await stopped.wait(DLEDGER_TICK)

@@ -28,6 +28,7 @@ CLIENT_PORT_NAME = "client"  # listenPort: RocketMQ's client port (remoting prot
 HA_PORT_NAME = "ha"  # haListenPort: replication
 HTTP_PORT_NAME = "http"  # httpListenPort: HTTP API (operator, probes, /metrics, admin)
 EXTERNAL_PORT_NAME = "external"  # externalListenPort: clients outside the cluster
+DLEDGER_PORT_NAME = "dledger"  # DLEDGER groups: each peer's DLedger RPC port (dLegerPeers)
 EXTERNAL = "external"  # the component label of the per-broker external Services
 POD_NAME_LABEL = "statefulset.kubernetes.io/pod-name"  # set by the StatefulSet controller
 NAMESRV_PORT_NAME = "namesrv"
@@ -48,6 +49,8 @@ SWITCHOVER_ANNOTATION = "brokergroup.io/switchover-to"
 RESTART_ANNOTATION = "brokergroup.io/restart"
 MASTER = "master"
 SLAVE = "slave"
+#: the component of a DLEDGER group's pods: peers of one quorum, any of them may lead
+PEER = "peer"
 #: what spec.template may not set: the operator's selectors, index filter and role label, and
 #: the annotations that decide restarts
 RESERVED_POD_LABELS = frozenset(
@@ -70,6 +73,20 @@ def master_name(group: str) -> str:
 def slave_name(group: str) -> str:
     """Slave StatefulSet and its headless Service."""
     return f"{group}-slave"
+
+
+def peers_name(group: str) -> str:
+    """A DLEDGER group's StatefulSet and its headless Service."""
+    return f"{group}-peers"
+
+
+def peer_pod(group: str, ordinal: int) -> str:
+    return f"{peers_name(group)}-{ordinal}"
+
+
+def peer_id(ordinal: int) -> str:
+    """A peer's dLegerSelfId: ``n`` and its pod's ordinal."""
+    return f"n{ordinal}"
 
 
 def config_name(group: str) -> str:
@@ -109,13 +126,26 @@ def master_ha_address(spec: GroupSpec, cluster_domain: str = "cluster.local") ->
 
 
 def broker_id_of_pod(pod_name: str, group: str) -> int | None:
-    """0 for the master pod, ordinal + 1 for a slave pod, None for anything else."""
+    """0 for the master pod, ordinal + 1 for a slave pod or a DLEDGER peer (the brokerId it
+    has as a follower; the leader is brokerId 0 whatever its pod), None for anything else."""
     if pod_name == master_pod(group):
         return 0
-    prefix = slave_name(group) + "-"
-    if pod_name.startswith(prefix) and pod_name[len(prefix) :].isdigit():
-        return int(pod_name[len(prefix) :]) + 1
+    for sts in (slave_name(group), peers_name(group)):
+        prefix = sts + "-"
+        if pod_name.startswith(prefix) and pod_name[len(prefix) :].isdigit():
+            return int(pod_name[len(prefix) :]) + 1
     return None
+
+
+def dledger_peers(spec: GroupSpec, cluster_domain: str = "cluster.local") -> str:
+    """``dLegerPeers``: every peer's id and its pod's stable DNS name at the DLedger port,
+    ``n0-host0:port;n1-host1:port;...``, the same on every peer."""
+    service = peers_name(spec.name)
+    return ";".join(
+        f"{peer_id(i)}-{pod_dns(peer_pod(spec.name, i), service, spec.namespace, cluster_domain)}"
+        f":{spec.dledger_port}"
+        for i in range(spec.replicas)
+    )
 
 
 # -- labels ------------------------------------------------------------------------------
@@ -183,6 +213,9 @@ def broker_properties(spec: GroupSpec) -> dict[str, str]:
         props["enableControllerMode"] = "true"
     if spec.external_access:
         props["externalListenPort"] = str(spec.external_port)
+    if spec.dledger:
+        props["enableDLegerCommitLog"] = "true"
+        props["dLegerGroup"] = spec.name
     return props
 
 
@@ -225,6 +258,21 @@ def slave_env_properties(
     }
 
 
+def peer_env_properties(
+    spec: GroupSpec, ordinal: int, cluster_domain: str = "cluster.local"
+) -> dict[str, str]:
+    """A DLEDGER peer's per-pod keys. In the pod, brokerId and dLegerSelfId are computed from
+    the ordinal in the container command (one template for every peer). Every peer starts as
+    a follower (a slave, brokerId ordinal + 1); the one elected leader acts as the master,
+    brokerId 0, whatever it started with."""
+    return {
+        "brokerId": str(ordinal + 1),
+        "brokerRole": "SLAVE",
+        "dLegerSelfId": peer_id(ordinal),
+        "dLegerPeers": dledger_peers(spec, cluster_domain),
+    }
+
+
 def config_map(spec: GroupSpec, owner: Mapping[str, Any]) -> Manifest:
     return {
         "apiVersion": "v1",
@@ -236,6 +284,16 @@ def config_map(spec: GroupSpec, owner: Mapping[str, Any]) -> Manifest:
 
 # -- Services ----------------------------------------------------------------------------
 def _ports(spec: GroupSpec) -> list[dict[str, Any]]:
+    if spec.dledger:
+        return [
+            {"name": CLIENT_PORT_NAME, "port": spec.client_port, "targetPort": CLIENT_PORT_NAME},
+            {"name": HTTP_PORT_NAME, "port": spec.http_port, "targetPort": HTTP_PORT_NAME},
+            {
+                "name": DLEDGER_PORT_NAME,
+                "port": spec.dledger_port,
+                "targetPort": DLEDGER_PORT_NAME,
+            },
+        ]
     return [
         {"name": CLIENT_PORT_NAME, "port": spec.client_port, "targetPort": CLIENT_PORT_NAME},
         {"name": HA_PORT_NAME, "port": spec.ha_port, "targetPort": HA_PORT_NAME},
@@ -243,10 +301,16 @@ def _ports(spec: GroupSpec) -> list[dict[str, Any]]:
     ]
 
 
+def _sts_name(group: str, component: str) -> str:
+    return {MASTER: master_name, SLAVE: slave_name, PEER: peers_name}[component](group)
+
+
 def headless_service(spec: GroupSpec, owner: Mapping[str, Any], component: str) -> Manifest:
     """Gives each pod a stable DNS name; published before readiness so a slave can resolve
-    the master while it recovers, and the operator can reach a broker that is not ready."""
-    name = master_name(spec.name) if component == MASTER else slave_name(spec.name)
+    the master while it recovers, and the operator can reach a broker that is not ready.
+    A DLEDGER group's peers find each other by these names (dLegerPeers) before any is Ready:
+    a quorum must form before a leader can answer readiness."""
+    name = _sts_name(spec.name, component)
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -262,8 +326,8 @@ def headless_service(spec: GroupSpec, owner: Mapping[str, Any], component: str) 
 
 def master_selector(spec: GroupSpec) -> dict[str, str]:
     """The master pod: by StatefulSet, or with failover by the role label the operator keeps
-    on whichever pod is master."""
-    if spec.failover_enabled:
+    on whichever pod is master; a DLEDGER group's by the same label on its leader."""
+    if spec.failover_enabled or spec.dledger:
         return {**selector_labels(spec.name), LABEL_ROLE: MASTER}
     return selector_labels(spec.name, MASTER)
 
@@ -355,6 +419,19 @@ def _container(spec: GroupSpec, component: str, cluster_domain: str) -> dict[str
             {"name": f"HABROKER_{k}", "value": v} for k, v in master_env_properties(spec).items()
         ]
         command = ["habroker", "serve", "--config", conf]
+    elif component == PEER:
+        props = peer_env_properties(spec, 0, cluster_domain)
+        del props["brokerId"], props["dLegerSelfId"]
+        env += [{"name": f"HABROKER_{k}", "value": v} for k, v in props.items()]
+        # dLegerSelfId n<ordinal>, and brokerId ordinal + 1 as a follower
+        command = [
+            "/bin/sh",
+            "-c",
+            "HABROKER_dLegerSelfId=n${HOSTNAME##*-}; "
+            "HABROKER_brokerId=$(( ${HOSTNAME##*-} + 1 )); "
+            "export HABROKER_dLegerSelfId HABROKER_brokerId; "
+            f"exec habroker serve --config {conf}",
+        ]
     else:
         props = slave_env_properties(spec, broker_id=1, cluster_domain=cluster_domain)
         del props["brokerId"]
@@ -377,6 +454,11 @@ def _container(spec: GroupSpec, component: str, cluster_domain: str) -> dict[str
             {"name": HA_PORT_NAME, "containerPort": spec.ha_port, "protocol": "TCP"},
             {"name": HTTP_PORT_NAME, "containerPort": spec.http_port, "protocol": "TCP"},
         ]
+        + (
+            [{"name": DLEDGER_PORT_NAME, "containerPort": spec.dledger_port, "protocol": "TCP"}]
+            if spec.dledger
+            else []
+        )
         + (
             [{"name": EXTERNAL_PORT_NAME, "containerPort": spec.external_port, "protocol": "TCP"}]
             if spec.external_access
@@ -456,14 +538,15 @@ def statefulset(
     cluster_domain: str = "cluster.local",
     claim_size: str | None = None,
 ) -> Manifest:
-    """Master (1 replica, brokerId 0) or slaves (N replicas, brokerId ordinal+1).
+    """Master (1 replica, brokerId 0), slaves (N replicas, brokerId ordinal+1), or a DLEDGER
+    group's peers (spec.replicas, dLegerSelfId n<ordinal>).
 
     updateStrategy OnDelete: the StatefulSet controller never restarts a broker by itself; the
     operator deletes outdated pods in its own order (slaves first, the master only while a slave
     is in sync), see ``rolling``.
     """
-    name = master_name(spec.name) if component == MASTER else slave_name(spec.name)
-    replicas = 1 if component == MASTER else spec.slaves
+    name = _sts_name(spec.name, component)
+    replicas = {MASTER: 1, SLAVE: spec.slaves, PEER: spec.replicas}[component]
     volumes: list[dict[str, Any]] = [
         {"name": "config", "configMap": {"name": config_name(spec.name)}},
     ]
@@ -498,7 +581,8 @@ def statefulset(
             "whenDeleted": spec.retain_when_deleted,
             # Scaling the master StatefulSet to 0 by hand must never delete the one volume
             # that may hold messages no slave has: whenScaled is for slaves only.
-            "whenScaled": "Retain" if component == MASTER else spec.retain_when_scaled,
+            # A DLEDGER group is never scaled (no membership change): Retain as well.
+            "whenScaled": spec.retain_when_scaled if component == SLAVE else "Retain",
         }
     return {
         "apiVersion": "apps/v1",
@@ -519,7 +603,10 @@ def pod_disruption_budget(spec: GroupSpec, owner: Mapping[str, Any]) -> Manifest
 
 
 def group_pods(spec: GroupSpec) -> list[str]:
-    """Every broker pod the group should have: the master's, then each slave's."""
+    """Every broker pod the group should have: the master's, then each slave's (a DLEDGER
+    group's: its peers')."""
+    if spec.dledger:
+        return [peer_pod(spec.name, i) for i in range(spec.replicas)]
     return [master_pod(spec.name)] + [slave_pod(spec.name, i) for i in range(1, spec.slaves + 1)]
 
 
@@ -560,10 +647,10 @@ def network_policy_name(group: str) -> str:
 
 
 def network_policy(spec: GroupSpec, owner: Mapping[str, Any]) -> Manifest:
-    """Only the group's own pods may reach its HA port; the client port (producers, consumers)
-    and the HTTP port (the operator, Prometheus, HTTP clients) stay open to anyone. Named ports,
-    so custom ports need no change here. Other ports of the broker pods are closed (they listen
-    on no others)."""
+    """Only the group's own pods may reach its HA port (and a DLEDGER group's DLedger port);
+    the client port (producers, consumers) and the HTTP port (the operator, Prometheus, HTTP
+    clients) stay open to anyone. Named ports, so custom ports need no change here. Other
+    ports of the broker pods are closed (they listen on no others)."""
     group_pods = {"podSelector": {"matchLabels": selector_labels(spec.name)}}
     return {
         "apiVersion": "networking.k8s.io/v1",
@@ -584,7 +671,11 @@ def network_policy(spec: GroupSpec, owner: Mapping[str, Any]) -> Manifest:
                         else []
                     )
                 },
-                {"from": [group_pods], "ports": [{"protocol": "TCP", "port": HA_PORT_NAME}]},
+                {
+                    "from": [group_pods],
+                    "ports": [{"protocol": "TCP", "port": HA_PORT_NAME}]
+                    + ([{"protocol": "TCP", "port": DLEDGER_PORT_NAME}] if spec.dledger else []),
+                },
             ],
         },
     }
@@ -604,6 +695,20 @@ def children(
     ``claim_sizes``: StatefulSet name -> the claim size it already has.
     """
     sizes = claim_sizes or {}
+    if spec.dledger:
+        peers = [
+            config_map(spec, owner),
+            headless_service(spec, owner, PEER),
+            client_service(spec, owner),
+            namesrv_service(spec, owner),
+        ]
+        if network_policies:
+            peers.append(network_policy(spec, owner))
+        peers.append(
+            statefulset(spec, owner, PEER, cluster_domain, sizes.get(peers_name(spec.name)))
+        )
+        peers.append(pod_disruption_budget(spec, owner))
+        return peers
     items = [
         config_map(spec, owner),
         headless_service(spec, owner, MASTER),

@@ -11,6 +11,13 @@ With failover the master is whichever pod the assignment says (it may live in th
 StatefulSet), each pod is compared with its own StatefulSet, and the master is not restarted at
 all: mastership first moves to an up-to-date in-sync slave (a switchover, a write pause of about
 a second), and the old master is then restarted as the slave it has become.
+
+A DLEDGER group's peers share one StatefulSet; the leader is whichever peer won the last
+election. Followers are restarted first (highest ordinal first), one at a time and only while
+every peer is Ready and caught up, so a majority stays up; the leader last, and never while it
+leads: leadership is first transferred to an up-to-date, caught-up follower (DLedger's
+leadership transfer, a write pause of an election's length), and the old leader is then
+restarted as the follower it has become.
 """
 
 from __future__ import annotations
@@ -34,6 +41,9 @@ class StsInfo:
     #: the size in its volumeClaimTemplates (immutable: a grown spec.storage.size is applied
     #: to the claims themselves, see ``storage``)
     claim_size: str | None = None
+    #: a DLEDGER group's StatefulSet: how many peers its pod template's dLegerPeers names (the
+    #: group's size as applied; a hand-scaled StatefulSet keeps it)
+    peers: int | None = None
 
 
 @dataclass(frozen=True)
@@ -42,6 +52,9 @@ class RollDecision:
     pending: list[str] = field(default_factory=list)  # outdated pods, in roll order
     message: str = ""
     switchover_to: str | None = None  # failover groups: move mastership here first
+    #: DLEDGER groups: transfer leadership to this pod first (its dLegerSelfId: ``transferee``)
+    transfer_to: str | None = None
+    transferee: str | None = None
 
     def as_status(self) -> dict[str, Any] | None:
         return {"pending": self.pending, "message": self.message} if self.pending else None
@@ -117,4 +130,60 @@ def plan_roll(
         delete=victim.name,
         pending=pending,
         message=f"restarting the master; brokerId {in_sync[0]['brokerId']} is in sync",
+    )
+
+
+def plan_dledger_roll(
+    pods: Sequence[PodInfo], sts: StsInfo | None, dledger: Mapping[str, Any]
+) -> RollDecision:
+    """The next step of a DLEDGER group's rolling update. ``dledger`` is ``.status.dledger``
+    as just computed: ``leader`` (pod) and ``peers[]`` with ``pod``, ``id``, ``live`` and
+    ``inSync``."""
+    if sts is None:
+        return RollDecision()
+    if sts.observed_generation < sts.generation:
+        return RollDecision(message=f"waiting for StatefulSet {sts.name} to observe its spec")
+    stale = {p.name for p in _outdated(pods, {sts.name: sts})}
+    if not stale:
+        return RollDecision()
+    leader = dledger.get("leader")
+
+    def ordinal(name: str) -> int:
+        tail = name.rpartition("-")[2]
+        return int(tail) if tail.isdigit() else -1
+
+    followers = sorted((n for n in stale if n != leader), key=lambda n: -ordinal(n))
+    pending = followers + ([str(leader)] if leader in stale else [])
+    busy = [p.name for p in pods if p.deleting or not p.ready]
+    if busy:
+        return RollDecision(
+            pending=pending, message=f"waiting for {', '.join(sorted(busy))} to be Ready"
+        )
+    if not leader:
+        return RollDecision(pending=pending, message="waiting for the peers to elect a leader")
+    peers = list(dledger.get("peers") or [])
+    behind = [str(p.get("pod")) for p in peers if not p.get("inSync")]
+    if behind:
+        return RollDecision(
+            pending=pending,
+            message=f"waiting for {', '.join(sorted(behind))} to catch up with the leader",
+        )
+    if followers:
+        victim = followers[0]
+        return RollDecision(delete=victim, pending=pending, message=f"restarting follower {victim}")
+    fresh = [
+        p for p in peers if p.get("pod") != leader and p.get("pod") not in stale and p.get("inSync")
+    ]
+    if not fresh:
+        return RollDecision(
+            pending=pending,
+            message="waiting for an up-to-date follower to be caught up before the transfer",
+        )
+    target = min(fresh, key=lambda p: (int(p.get("lagEntries") or 0), ordinal(str(p["pod"]))))
+    return RollDecision(
+        pending=pending,
+        transfer_to=str(target["pod"]),
+        transferee=str(target["id"]),
+        message=f"transferring leadership to {target['pod']} ({target['id']}) before "
+        f"restarting {leader}",
     )

@@ -34,10 +34,19 @@ RESERVED_KEYS = frozenset(
         "accessMessageInMemoryMaxRatio",
         "enableControllerMode",
         "externalListenPort",
+        # DLEDGER groups: the operator builds the quorum from spec.replicas and spec.ports
+        "enableDLegerCommitLog",
+        "dLegerGroup",
+        "dLegerPeers",
+        "dLegerSelfId",
     }
 )
 
 AUTO = "auto"
+DLEDGER = "DLEDGER"
+#: the quorum sizes a DLEDGER group may have
+DLEDGER_REPLICAS = (3, 5)
+DLEDGER_PORT = 40911
 
 #: the pod-spec fields ``spec.template.{pod,master,slave}`` may set, as the CRD spells them
 POD_FIELDS = (
@@ -111,7 +120,10 @@ class PodTemplate:
     slave: PodOverrides = field(default_factory=PodOverrides)
 
     def for_component(self, component: str) -> PodOverrides:
-        """What the ``master`` or ``slave`` StatefulSet's pods get: the role's over ``pod``."""
+        """What the ``master`` or ``slave`` StatefulSet's pods get: the role's over ``pod``.
+        The pods of a DLEDGER group (component ``peer``) have no fixed role: ``pod`` alone."""
+        if component not in ("master", "slave"):
+            return self.pod
         role = self.master if component == "master" else self.slave
         return role.over(self.pod)
 
@@ -149,9 +161,18 @@ class GroupSpec:
     in_sync_max_lag_bytes: int = 4 << 20
     #: spec.template: labels, annotations and scheduling of the broker pods
     template: PodTemplate = field(default_factory=PodTemplate)
+    #: spec.replicas: the DLEDGER quorum's size (3 or 5); unused by SYNC and ASYNC groups
+    replicas: int = 3
+    #: spec.ports.dledger: where each peer answers DLedger RPCs (its dLegerPeers entry)
+    dledger_port: int = DLEDGER_PORT
     #: the BrokerGroup's ``brokergroup.io/restart`` annotation (not spec): a new value rolls
     #: every broker, see ``manifests.RESTART_ANNOTATION``
     restart: str | None = None
+
+    @property
+    def dledger(self) -> bool:
+        """A DLedger quorum (``replicationMode: DLEDGER``) instead of a master and slaves."""
+        return self.replication_mode == DLEDGER
 
     @property
     def master_role(self) -> str:
@@ -237,6 +258,8 @@ def parse_spec(name: str, namespace: str, spec: Mapping[str, Any]) -> GroupSpec:
         failover_preferred_master=failover.get("preferredMaster") or None,
         in_sync_max_lag_bytes=int(_get(spec, "inSyncMaxLagBytes", 4 << 20)),
         template=parse_template(spec.get("template")),
+        replicas=int(_get(spec, "replicas", 3)),
+        dledger_port=int(_get(ports, "dledger", DLEDGER_PORT)),
     )
     validate(group)
     return group
@@ -246,13 +269,19 @@ def validate(spec: GroupSpec) -> None:
     """What the schema may miss (an old CRD, a schema-less apply) and what only habroker knows."""
     if not spec.image:
         raise SpecError("spec.image", "required")
-    if spec.replication_mode not in ("SYNC", "ASYNC"):
-        raise SpecError("spec.replicationMode", f"{spec.replication_mode!r}: SYNC or ASYNC")
+    if spec.replication_mode not in ("SYNC", "ASYNC", DLEDGER):
+        raise SpecError(
+            "spec.replicationMode", f"{spec.replication_mode!r}: SYNC, ASYNC or DLEDGER"
+        )
+    if spec.dledger:
+        _validate_dledger(spec)
     if spec.slaves < 0:
         raise SpecError("spec.slaves", "must be >= 0")
     if spec.replication_mode == "SYNC" and spec.slaves < 1:
         raise SpecError("spec.slaves", "must be at least 1 when spec.replicationMode is SYNC")
     ports = {"client": spec.client_port, "ha": spec.ha_port, "http": spec.http_port}
+    if spec.dledger:
+        ports["dledger"] = spec.dledger_port
     if spec.external_access:
         ports["external"] = spec.external_port
     if len(set(ports.values())) != len(ports):
@@ -266,7 +295,7 @@ def validate(spec: GroupSpec) -> None:
         raise SpecError(
             "spec.readPolicy.whichBrokerWhenConsumeSlowly", f"{which!r}: auto or a brokerId"
         )
-    if isinstance(which, int) and not 0 <= which <= spec.slaves:
+    if isinstance(which, int) and not spec.dledger and not 0 <= which <= spec.slaves:
         raise SpecError(
             "spec.readPolicy.whichBrokerWhenConsumeSlowly",
             f"{which}: no such broker (0 is the master, slaves are 1..{spec.slaves})",
@@ -297,6 +326,68 @@ def validate(spec: GroupSpec) -> None:
     _slave_config(spec)
 
 
+def _validate_dledger(spec: GroupSpec) -> None:
+    """What a DLEDGER group cannot have: another quorum size, and the classic-HA features
+    whose brokerIds or roles the operator would have to assign (DLedger elects its leader)."""
+    if spec.replicas not in DLEDGER_REPLICAS:
+        raise SpecError(
+            "spec.replicas",
+            f"{spec.replicas}: a DLEDGER group has 3 or 5 peers (a majority must survive "
+            "one or two lost peers)",
+        )
+    if spec.failover_enabled:
+        raise SpecError(
+            "spec.failover.enabled",
+            "must be false with DLEDGER: the peers elect their leader themselves",
+        )
+    if spec.external_access:
+        raise SpecError(
+            "spec.externalAccess", "is not supported with DLEDGER yet (brokerIds follow the leader)"
+        )
+    which = spec.read_policy.which_broker_when_consume_slowly
+    if not spec.read_policy.auto:
+        raise SpecError(
+            "spec.readPolicy.whichBrokerWhenConsumeSlowly",
+            f"{which!r}: must be auto with DLEDGER (brokerIds follow the leader)",
+        )
+
+
+def check_children(spec: GroupSpec, statefulsets: Mapping[str, int | None]) -> None:
+    """What the spec may not change about a group that already exists, seen from its
+    StatefulSets (name -> the number of peers its pod template names in dLegerPeers, which a
+    hand-scaled StatefulSet keeps: that is drift, repaired, not a resize): the CRD refuses the
+    same changes with CEL transition rules, this catches them under an older CRD or a
+    schema-less apply.
+
+    A group cannot move between DLEDGER and SYNC/ASYNC (the commit logs differ: migrating the
+    data is not implemented), and a DLEDGER group cannot change its number of peers (habroker
+    has no DLedger membership change yet).
+    """
+    from .manifests import master_name, peers_name, slave_name
+
+    classic = {master_name(spec.name), slave_name(spec.name)} & set(statefulsets)
+    has_peers = peers_name(spec.name) in statefulsets
+    peers = statefulsets.get(peers_name(spec.name))
+    if spec.dledger and classic:
+        raise SpecError(
+            "spec.replicationMode",
+            "cannot change to DLEDGER: this group runs SYNC/ASYNC brokers and migrating its "
+            "data to a DLedger commit log is not supported; create a new group",
+        )
+    if not spec.dledger and has_peers:
+        raise SpecError(
+            "spec.replicationMode",
+            f"cannot change from DLEDGER to {spec.replication_mode}: migrating a DLedger "
+            "commit log is not supported; create a new group",
+        )
+    if spec.dledger and peers is not None and peers != spec.replicas:
+        raise SpecError(
+            "spec.replicas",
+            f"cannot change from {peers} to {spec.replicas}: DLedger membership change is not "
+            "implemented; create a new group of the size you need",
+        )
+
+
 def _validate_template(template: PodTemplate) -> None:
     """Labels and annotations the operator relies on cannot be overridden: the selectors of
     the StatefulSets and Services, the pod index, the role label, the restart triggers."""
@@ -319,10 +410,13 @@ def _validate_template(template: PodTemplate) -> None:
 def _slave_config(spec: GroupSpec) -> BrokerConfig:
     """Let habroker itself parse the exact properties a slave (the strictest role) starts with,
     so an unknown key or unparsable value is reported here, not in a pod's crash loop."""
-    from .manifests import broker_properties, slave_env_properties
+    from .manifests import broker_properties, peer_env_properties, slave_env_properties
 
     props = dict(broker_properties(spec))
-    props.update(slave_env_properties(spec, broker_id=1))
+    if spec.dledger:
+        props.update(peer_env_properties(spec, ordinal=0))
+    else:
+        props.update(slave_env_properties(spec, broker_id=1))
     try:
         return BrokerConfig.from_mapping(props, source="spec.brokerConfig")
     except ConfigError as exc:

@@ -533,5 +533,6 @@ MANAGED_STATUS_KEYS = frozenset(
         "slaves",
         "readPolicy",
         "rollout",
+        "dledger",
     }
 )

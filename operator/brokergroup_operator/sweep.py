@@ -14,9 +14,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .brokerapi import BrokerAPI, BrokerAPIError
+from .dledger import compute_dledger_status
 from .election import assignment_from_status
 from .external import ExternalDoor, external_addresses
-from .manifests import master_name, pod_dns, slave_name
+from .manifests import master_name, peer_pod, peers_name, pod_dns, slave_name
 from .policy import (
     choose_read_broker,
     config_patch,
@@ -24,7 +25,7 @@ from .policy import (
     policy_status,
     subscription_group_updates,
 )
-from .rolling import StsInfo, plan_roll
+from .rolling import StsInfo, plan_dledger_roll, plan_roll
 from .settings import Settings
 from .spec import GroupSpec, SpecError
 from .status import BrokerReport, Event, Observation, PodInfo, compute_status
@@ -87,7 +88,7 @@ def now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-async def _poll(
+async def poll_broker(
     brokers: BrokerAPI, resolve: Resolver, group: GroupSpec, pod: PodInfo | None
 ) -> BrokerReport:
     if pod is None:
@@ -231,6 +232,21 @@ async def sweep(
 ) -> SweepResult:
     resolve = resolve or resolver_for(settings)
     now = now or now_iso()
+    if group.dledger:
+        return await _sweep_dledger(
+            brokers=brokers,
+            settings=settings,
+            group=group,
+            pods=pods,
+            sts=statefulsets.get(peers_name(group.name)),
+            previous=previous,
+            state=state,
+            generation=generation,
+            delete_pod=delete_pod,
+            logger=logger,
+            resolve=resolve,
+            now=now,
+        )
     if group.failover_enabled:
         # brokerIds are the controller's assignment, not the pods' names
         assignment = assignment_from_status(group, previous)
@@ -243,7 +259,9 @@ async def sweep(
     by_id = {p.broker_id: p for p in pods if not p.deleting}
     by_id.update({p.broker_id: p for p in pods if p.broker_id not in by_id})
     ids = list(range(0, group.slaves + 1))
-    reports = await asyncio.gather(*(_poll(brokers, resolve, group, by_id.get(i)) for i in ids))
+    reports = await asyncio.gather(
+        *(poll_broker(brokers, resolve, group, by_id.get(i)) for i in ids)
+    )
     master, slaves = reports[0], dict(zip(ids[1:], reports[1:], strict=True))
 
     prev_master = previous.get("master") or {}
@@ -352,3 +370,93 @@ def _show_external(status: dict[str, Any], external: Mapping[int, str]) -> None:
     for entry in status.get("slaves") or []:
         if entry.get("brokerId") in external:
             entry["externalAddress"] = external[entry["brokerId"]]
+
+
+async def _sweep_dledger(
+    *,
+    brokers: BrokerAPI,
+    settings: Settings,
+    group: GroupSpec,
+    pods: Sequence[PodInfo],
+    sts: StsInfo | None,
+    previous: Mapping[str, Any],
+    state: GroupState,
+    generation: int,
+    delete_pod: Callable[[str], Awaitable[bool]] | None,
+    logger: Logger,
+    resolve: Resolver,
+    now: str,
+) -> SweepResult:
+    """A DLEDGER group's sweep: poll every peer, apply the read policy, take one rolling step
+    (a follower's restart, or a leadership transfer away from an outdated leader)."""
+    by_name = {p.name: p for p in pods}
+    names = [peer_pod(group.name, i) for i in range(group.replicas)]
+    reports = list(
+        await asyncio.gather(*(poll_broker(brokers, resolve, group, by_name.get(n)) for n in names))
+    )
+    extra = [_reconciled_condition(state)]
+    if state.storage_condition:
+        extra.append(state.storage_condition)
+    state.master_blip = None  # the Ready condition follows the leader, not one pod
+    observed = state.applied_generation if state.applied_generation is not None else generation
+    draft, _ = compute_dledger_status(
+        group, observed, reports, previous, now, extra_conditions=extra
+    )
+    leader_pod = (draft.get("dledger") or {}).get("leader")
+    leader = next((r for r in reports if r.pod is not None and r.pod.name == leader_pod), None)
+    events: list[Event] = []
+
+    current = state.read_broker
+    if current is None:
+        current = (previous.get("readPolicy") or {}).get("whichBrokerWhenConsumeSlowly")
+    which, why = choose_read_broker(
+        group.read_policy, draft["slaves"], current, settings.auto_hysteresis_bytes
+    )
+    if which != state.read_broker:
+        logger.info("read policy: whichBrokerWhenConsumeSlowly=%s (%s)", which, why)
+    state.read_broker = which
+    applied = False
+    if leader is not None:
+        applied = await _apply_read_policy(brokers, resolve, group, reports, leader, which, logger)
+
+    decision = plan_dledger_roll(list(pods), sts, draft.get("dledger") or {})
+    if decision.transfer_to and decision.transferee and leader is not None and leader.pod:
+        address = resolve(group, leader.pod)
+        if address is not None:
+            logger.info("rolling: %s", decision.message)
+            try:
+                await brokers.leadership_transfer(address, decision.transferee)
+            except BrokerAPIError as exc:
+                logger.warning("leadership transfer to %s failed: %s", decision.transfer_to, exc)
+                events.append(
+                    Event(
+                        "Warning",
+                        "LeadershipTransferFailed",
+                        f"to {decision.transfer_to} ({decision.transferee}): {exc}",
+                    )
+                )
+            else:
+                events.append(
+                    Event(
+                        "Normal",
+                        "LeadershipTransferred",
+                        f"{decision.transfer_to} ({decision.transferee}) leads; "
+                        f"{leader.pod.name} is restarted next as a follower",
+                    )
+                )
+    if decision.delete and delete_pod is not None:
+        logger.info("rolling: %s", decision.message)
+        if await delete_pod(decision.delete):
+            events.append(Event("Normal", "RollingRestart", decision.message))
+
+    final, transitions = compute_dledger_status(
+        group,
+        observed,
+        reports,
+        previous,
+        now,
+        rollout=decision.as_status(),
+        extra_conditions=extra,
+    )
+    final["readPolicy"] = policy_status(group.read_policy, which, applied)
+    return SweepResult(status=final, events=events + transitions)

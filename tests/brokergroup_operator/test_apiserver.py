@@ -126,7 +126,14 @@ def test_defaults_are_applied(api: kubeapi.ApiServer) -> None:
         "whichBrokerWhenConsumeSlowly": "auto",
         "accessMessageInMemoryMaxRatio": 40,
     }
-    assert spec["ports"] == {"client": 10911, "ha": 10912, "http": 10913, "external": 10915}
+    assert spec["ports"] == {
+        "client": 10911,
+        "ha": 10912,
+        "http": 10913,
+        "external": 10915,
+        "dledger": 40911,
+    }
+    assert "replicas" not in spec  # DLEDGER only (3 when absent)
 
 
 BAD_SPECS = [
@@ -170,6 +177,26 @@ BAD_SPECS = [
     ({"ports": {"http": 0}}, "spec.ports.http"),
     ({"brokerConfig": {"httpListenPort": "1"}}, "httpListenPort"),
     ({"unknownField": 1}, "unknownField"),
+    ({"replicationMode": "DLEDGER", "replicas": 4}, "spec.replicas must be 3 or 5"),
+    ({"replicationMode": "DLEDGER", "replicas": 1}, "spec.replicas"),
+    ({"replicationMode": "DLEDGER", "replicas": 7}, "spec.replicas"),
+    (
+        {"replicationMode": "DLEDGER", "failover": {"enabled": True}},
+        "spec.failover.enabled must be false when spec.replicationMode is DLEDGER",
+    ),
+    (
+        {"replicationMode": "DLEDGER", "externalAccess": {"type": "NodePort"}},
+        "spec.externalAccess is not supported with DLEDGER",
+    ),
+    (
+        {"replicationMode": "DLEDGER", "readPolicy": {"whichBrokerWhenConsumeSlowly": 0}},
+        "must be auto when spec.replicationMode is DLEDGER",
+    ),
+    (
+        {"replicationMode": "DLEDGER", "ports": {"dledger": 10911}},
+        "spec.ports.dledger must differ",
+    ),
+    ({"brokerConfig": {"dLegerPeers": "n0-a:1"}}, "dLegerPeers"),
 ]
 
 
@@ -204,6 +231,33 @@ def test_immutable_storage(api: kubeapi.ApiServer) -> None:
         assert result.returncode != 0 and "spec.storage.ephemeral" in result.stderr, result.stderr
     finally:
         api.kubectl("delete", "-n", NS, "bg/immutable", "--wait=false")
+
+
+def test_dledger_groups_keep_their_mode_and_size(api: kubeapi.ApiServer) -> None:
+    """CEL transition rules: no switch between DLEDGER and SYNC/ASYNC (either way), no change
+    of a DLEDGER group's replicas, no kubectl scale on it; a classic group still switches
+    between SYNC and ASYNC."""
+    apply(api, group("dlfixed", replicationMode="DLEDGER", replicas=3))
+    apply(api, group("classic", replicationMode="ASYNC", slaves=1))
+    try:
+        result = apply(api, group("dlfixed", replicationMode="SYNC", slaves=1), check=False)
+        assert result.returncode != 0, result.stdout
+        assert "cannot change between DLEDGER and SYNC/ASYNC" in result.stderr, result.stderr
+        assert "spec.replicationMode" in result.stderr
+        result = apply(api, group("classic", replicationMode="DLEDGER"), check=False)
+        assert result.returncode != 0
+        assert "cannot change between DLEDGER and SYNC/ASYNC" in result.stderr, result.stderr
+        apply(api, group("classic", replicationMode="SYNC", slaves=1))  # still allowed
+        result = apply(api, group("dlfixed", replicationMode="DLEDGER", replicas=5), check=False)
+        assert result.returncode != 0
+        assert "membership change is not implemented" in result.stderr, result.stderr
+        # absent means 3: dropping the field is no change
+        apply(api, group("dlfixed", replicationMode="DLEDGER"))
+        out = api.kubectl("scale", "-n", NS, "bg/dlfixed", "--replicas=2", check=False)
+        assert out.returncode != 0, out.stdout
+        assert "a DLEDGER group is not scaled through spec.slaves" in out.stderr, out.stderr
+    finally:
+        api.kubectl("delete", "-n", NS, "bg/dlfixed", "bg/classic", "--wait=false")
 
 
 def test_explain(api: kubeapi.ApiServer) -> None:
@@ -703,6 +757,51 @@ def test_failover_group_records_its_assignment_and_waits_without_an_eligible_sla
     table = api.kubectl("get", "-n", NS, "bg", "ledger").stdout
     assert "MASTER" in table.splitlines()[0]
     api.kubectl("delete", "-n", NS, "bg/ledger", "--timeout=30s")
+
+
+def test_dledger_group_children_and_status(api: kubeapi.ApiServer, operator: Any) -> None:
+    """A DLEDGER group of 5: one peers StatefulSet whose pods find each other by stable DNS,
+    the client Service on the leader's label; no pod runs here, so no leader, and the status
+    says so (NoLeader, the LEADER and TERM columns exist)."""
+    apply(api, group("quorum", replicationMode="DLEDGER", replicas=5))
+    found = eventually(
+        lambda: len(children(api, "quorum")) == 6 and children(api, "quorum"),
+        what="6 children",
+    )
+    assert set(found) == {
+        ("ConfigMap", "quorum-config"),
+        ("Service", "quorum-peers"),
+        ("Service", "quorum"),
+        ("Service", "quorum-namesrv"),
+        ("StatefulSet", "quorum-peers"),
+        ("PodDisruptionBudget", "quorum"),
+    }
+    sts = found[("StatefulSet", "quorum-peers")]
+    assert sts["spec"]["replicas"] == 5
+    container = sts["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    peers = env["HABROKER_dLegerPeers"].split(";")
+    assert peers[4] == f"n4-quorum-peers-4.quorum-peers.{NS}.svc.cluster.local:40911"
+    assert "HABROKER_dLegerSelfId=n${HOSTNAME##*-}" in container["command"][-1]
+    assert found[("Service", "quorum")]["spec"]["selector"] == {
+        "brokergroup.io/group": "quorum",
+        "brokergroup.io/role": "master",
+    }
+    conf = found[("ConfigMap", "quorum-config")]["data"]["broker.conf"]
+    assert "enableDLegerCommitLog=true" in conf.splitlines()
+
+    def reported() -> dict[str, Any]:
+        status = get(api, "bg/quorum").get("status") or {}
+        return status if status.get("dledger") else {}
+
+    status = eventually(reported, what="status.dledger")
+    assert [p["pod"] for p in status["dledger"]["peers"]] == [f"quorum-peers-{i}" for i in range(5)]
+    cond = {c["type"]: c for c in status["conditions"]}
+    assert cond["Ready"]["reason"] == "NoLeader"
+    assert status["phase"] == "Pending"
+    header = api.kubectl("get", "-n", NS, "bg", "quorum").stdout.splitlines()[0]
+    assert "LEADER" in header and "TERM" in header
+    api.kubectl("delete", "-n", NS, "bg/quorum", "--timeout=30s")
 
 
 def test_template_reaches_the_statefulsets(api: kubeapi.ApiServer, operator: Any) -> None:

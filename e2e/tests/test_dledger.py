@@ -1,0 +1,246 @@
+"""A DLEDGER group on the cluster (examples/dledger.yaml: three peers that elect their leader),
+under load from a client pod: four producers, one message at a time, no retries.
+
+* the group comes up with a leader, the client Service on it (role label), `kubectl get bg`
+  showing LEADER and TERM, and a LeaderElected Event;
+* delete the leader pod: the other two elect a new leader at a higher term by themselves; the
+  test prints the seconds without an accepted write and asserts that every acknowledged
+  message is on the new leader, that `kubectl get bg` names the new leader and term, and that
+  the deleted pod comes back as a caught-up follower.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from e2e.tests.test_failover import Load, outage
+from e2e.userpath import Cluster, condition, eventually, example
+
+pytestmark = pytest.mark.timeout(900)
+EXAMPLE = "dledger.yaml"
+PEERS = 3
+
+
+@dataclass
+class Group:
+    c: Cluster
+    ns: str
+    name: str
+    client: str
+
+    def status(self) -> dict[str, Any]:
+        return self.c.status(self.ns, self.name)
+
+    @property
+    def dledger(self) -> dict[str, Any]:
+        return dict(self.status().get("dledger") or {})
+
+    @property
+    def leader(self) -> str | None:
+        leader = self.dledger.get("leader")
+        return str(leader) if leader else None
+
+    def serving(self) -> bool:
+        """A leader serves and every peer is live and caught up."""
+        st = self.status()
+        peers = (st.get("dledger") or {}).get("peers") or []
+        return (
+            condition(st, "Ready") == "True"
+            and len(peers) == PEERS
+            and all(p.get("live") and p.get("inSync") for p in peers)
+        )
+
+    def pod(self, name: str) -> dict[str, Any] | None:
+        return self.c.pod(self.ns, name)
+
+
+def quorum_serving(c: Cluster, ns: str, name: str) -> bool:
+    return Group(c, ns, name, "").serving()
+
+
+@pytest.fixture(scope="module")
+def group(cluster: Cluster, broker_image: str, operator_image: str) -> Iterator[Group]:
+    """Like Cluster.example_group, waiting for a serving quorum instead of in-sync slaves."""
+    c = cluster
+    ns = f"e2e-bgdledger-{os.urandom(3).hex()}"
+    c.kubectl("create", "namespace", ns)
+    obj = example(EXAMPLE, broker_image)
+    obj["spec"]["storage"]["size"] = "64Mi"
+    name = obj["metadata"]["name"]
+    try:
+        c.install_operator("bgdledger", ns, operator_image, "--set", "watch.mode=namespaced")
+        c.apply(ns, obj)
+        eventually(lambda: quorum_serving(c, ns, name), 300, "a serving DLedger quorum")
+        yield Group(c, ns, name, c.client_pod(ns, broker_image))
+    finally:
+        if os.environ.get("E2E_KEEP_NAMESPACES") != "1":
+            c.kubectl("-n", ns, "delete", "bg", "--all", "--timeout=120s", check=False)
+            c.helm("uninstall", "bgdledger", "--namespace", ns, "--wait", check=False)
+            c.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def events(g: Group, reason: str) -> list[dict[str, Any]]:
+    """The group's Events of that reason, oldest first."""
+    items = g.c.json("-n", g.ns, "get", "events", "--field-selector", f"reason={reason}")
+    found = [e for e in items.get("items") or [] if e["involvedObject"]["name"] == g.name]
+    return sorted(found, key=when)
+
+
+def when(event: dict[str, Any]) -> str:
+    return str(
+        event.get("eventTime")
+        or event.get("firstTimestamp")
+        or event["metadata"]["creationTimestamp"]
+    )
+
+
+def labelled_leader(g: Group) -> list[str]:
+    pods = g.c.json(
+        "-n", g.ns, "get", "pods", "-l", f"brokergroup.io/group={g.name},brokergroup.io/role=master"
+    )
+    return [p["metadata"]["name"] for p in pods.get("items") or []]
+
+
+def test_the_quorum_has_a_leader_the_client_service_follows(group: Group) -> None:
+    g = group
+    d = g.dledger
+    assert d["leader"] in {f"{g.name}-peers-{i}" for i in range(PEERS)}
+    assert int(d["term"]) >= 1
+    assert [p["id"] for p in d["peers"]] == [f"n{i}" for i in range(PEERS)]
+    eventually(lambda: labelled_leader(g) == [d["leader"]], 30, "the leader labelled")
+    endpoints = g.c.json("-n", g.ns, "get", "endpoints", g.name)
+    ips = [a["ip"] for s in endpoints.get("subsets") or [] for a in s.get("addresses") or []]
+    leader_pod = g.pod(d["leader"])
+    assert leader_pod is not None and ips == [leader_pod["status"]["podIP"]], ips
+    table = g.c.kubectl("-n", g.ns, "get", "bg", g.name)
+    header, row = table.splitlines()[:2]
+    assert "LEADER" in header and "TERM" in header and d["leader"] in row, table
+    assert events(g, "LeaderElected"), "no LeaderElected Event"
+
+
+def test_delete_the_leader_pod_under_load(group: Group) -> None:
+    g = group
+    eventually(g.serving, 240, "the quorum serving")
+    old, term = g.leader, int(g.dledger["term"])
+    assert old is not None
+    old_pod = g.pod(old)
+    assert old_pod is not None
+    old_uid = old_pod["metadata"]["uid"]
+    topic = f"DLedgerDelete{os.urandom(2).hex()}"
+    load = Load(g, topic)  # type: ignore[arg-type]  # has the fields Load reads (c, ns, name, client)
+    time.sleep(15)
+    event_at = time.time()
+    g.c.kubectl("-n", g.ns, "delete", "pod", old, "--wait=false")
+
+    def led_again() -> bool:
+        """A leader serves that is not the deleted process: another peer (at a higher term),
+        or the deleted pod's replacement if it came back before the others' heartbeat timeout
+        and won its own term again (DLedger re-asks for votes in its persisted term after a
+        restart, and the followers that voted for it in that term grant it again)."""
+        leader = g.leader
+        if leader is None or condition(g.status(), "Ready") != "True":
+            return False
+        if leader != old:
+            return True
+        obj = g.pod(leader)
+        return obj is not None and obj["metadata"]["uid"] != old_uid
+
+    eventually(led_again, 90, "a leader serving after the delete")
+    result = load.result()
+    new, new_term = g.leader, int(g.dledger["term"])
+    if new != old:
+        assert new_term > term, (term, new_term)
+    else:
+        assert new_term >= term, (term, new_term)
+    acked = result["acked"]
+    assert acked, f"nothing acknowledged: {result['notAcked']}"
+    eventually(g.serving, 240, "every peer live and caught up again")
+    assert g.leader is not None
+    obj = g.pod(g.leader)
+    assert obj and obj["status"].get("podIP")
+    out = g.c.client(
+        g.ns, g.client, "read", "--broker", f"{obj['status']['podIP']}:10913", "--topic", topic
+    )
+    stored = set(out["bodies"])
+    missing = [b for b in acked if b not in stored]
+    seconds = outage(result, event_at)
+    table = g.c.kubectl("-n", g.ns, "get", "bg", g.name)
+    print(
+        f"\n[dledger:delete-leader] acknowledged={len(acked)} "
+        f"not-acknowledged={result['notAcked']} missing={len(missing)} "
+        f"seconds-without-an-accepted-write={seconds:.1f} old leader={old} term={term} "
+        f"new leader={new} term={new_term}\n{table}",
+        flush=True,
+    )
+    assert not missing, f"{len(missing)} acknowledged messages missing, e.g. {missing[:5]}"
+    row = table.splitlines()[1]
+    assert str(g.leader) in row and str(g.dledger["term"]) in row.split(), table
+    eventually(lambda: labelled_leader(g) == [g.leader], 30, "the new leader labelled")
+    elected = [e["message"] for e in events(g, "LeaderElected")]
+    assert any(f"{new} (n{new.rsplit('-', 1)[1]}) is leader at term {new_term}" in m
+               for m in elected), elected  # fmt: skip
+    # the deleted pod is back, caught up (as a follower unless it was elected again since)
+    peers = {p["pod"]: p for p in g.dledger["peers"]}
+    assert peers[old]["inSync"], peers[old]
+    if old != g.leader:
+        assert peers[old]["role"] == "FOLLOWER", peers[old]
+
+
+def test_restart_annotation_rolls_followers_first_and_transfers_leadership(group: Group) -> None:
+    """`kubectl annotate bg … brokergroup.io/restart=…` under load: every peer is restarted (new
+    pod UIDs), the followers first, and the leader only after leadership moved off it by a
+    transfer (LeadershipTransferred); nothing acknowledged is lost."""
+    g = group
+    eventually(g.serving, 240, "the quorum serving")
+    old_leader = g.leader
+    uids = {}
+    for i in range(PEERS):
+        obj = g.pod(f"{g.name}-peers-{i}")
+        assert obj is not None
+        uids[obj["metadata"]["name"]] = obj["metadata"]["uid"]
+    topic = f"DLedgerRoll{os.urandom(2).hex()}"
+    load = Load(g, topic)  # type: ignore[arg-type]
+    time.sleep(5)
+    g.c.kubectl(
+        "-n", g.ns, "annotate", "bg", g.name, f"brokergroup.io/restart={os.urandom(4).hex()}"
+    )
+
+    def restarted() -> bool:
+        for name, uid in uids.items():
+            obj = g.pod(name)
+            if obj is None or obj["metadata"]["uid"] == uid:
+                return False
+        return g.serving() and not g.status().get("rollout")
+
+    eventually(restarted, 600, "every peer restarted and the quorum serving")
+    result = load.result()
+    acked = result["acked"]
+    assert acked, f"nothing acknowledged: {result['notAcked']}"
+    assert g.leader is not None
+    obj = g.pod(g.leader)
+    assert obj and obj["status"].get("podIP")
+    out = g.c.client(
+        g.ns, g.client, "read", "--broker", f"{obj['status']['podIP']}:10913", "--topic", topic
+    )
+    missing = [b for b in acked if b not in set(out["bodies"])]
+    transferred = events(g, "LeadershipTransferred")
+    rolled = events(g, "RollingRestart")
+    transfers = [e["message"] for e in transferred]
+    restarts = [e["message"] for e in rolled]
+    print(
+        f"\n[dledger:roll] acknowledged={len(acked)} not-acknowledged={result['notAcked']} "
+        f"missing={len(missing)} longest-pause={max((s for _, s in result['gaps']), default=0):.1f}s "
+        f"leader {old_leader} -> {g.leader}\n  transfers: {transfers}\n  restarts: {restarts}",
+        flush=True,
+    )
+    assert not missing, f"{len(missing)} acknowledged messages missing, e.g. {missing[:5]}"
+    assert transfers, "the leader was restarted without a leadership transfer"
+    # followers first; the old leader last, after the transfer made it a follower
+    assert len(restarts) == PEERS and restarts[-1] == f"restarting follower {old_leader}", restarts
+    assert when(transferred[-1]) <= when(rolled[-1])
