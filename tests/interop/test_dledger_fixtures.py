@@ -1,0 +1,140 @@
+"""DLedger frames captured between real RocketMQ 4.9.7 peers (tests/interop/fixtures/dledger,
+made by ``python -m tests.interop.capture_dledger``): the wire facts habroker's DLedger peer
+relies on, checked without Java."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "dledger"
+VOTE, HEART_BEAT, PUSH = 51001, 51002, 51004
+#: DLedgerEntry's fixed header: magic, size, index, term, pos, channel, chainCrc, bodyCrc,
+#: body length.
+ENTRY_HEADER = 4 + 4 + 8 + 8 + 8 + 4 + 4 + 4 + 4
+MESSAGE_MAGIC_V1 = 0xDAA320A7
+
+
+def load(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((FIXTURES / f"{name}.json").read_text())
+    return data
+
+
+NAMES = sorted(p.stem for p in FIXTURES.glob("*.json"))
+EXPECTED = {
+    "heartbeat-200",
+    "vote-accept",
+    "push-append-200",
+    "push-commit-200",
+    "push-compare-406",
+    "push-truncate-200",
+}
+
+
+def body_of(frame: dict[str, Any]) -> bytes:
+    if "body_base64" in frame:
+        return base64.b64decode(frame["body_base64"])
+    text: str = frame["body"]
+    return text.encode()
+
+
+def fastjson(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+def test_the_capture_has_every_kind_the_peer_needs() -> None:
+    assert set(NAMES) >= EXPECTED
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_remoting_frames(name: str) -> None:
+    fixture = load(name)
+    request, response = fixture["request"], fixture["response"]
+    for frame in (request, response):
+        assert frame["serialize_type"] == 0  # JSON headers
+        assert json.loads(frame["header_text"]) == frame["header"]
+        assert frame["header_text"].encode() == fastjson(frame["header"])
+        assert frame["header"]["language"] == "JAVA" and frame["header"]["version"] == 407
+    assert request["header"]["code"] in (VOTE, HEART_BEAT, PUSH)
+    assert request["header"]["flag"] == 0
+    # the remoting answer is always SUCCESS; DLedger's outcome is the body's "code"
+    assert response["header"]["code"] == 200 and response["header"]["flag"] == 1
+    assert response["header"]["opaque"] == request["header"]["opaque"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_bodies_are_sorted_compact_json_without_nulls(name: str) -> None:
+    fixture = load(name)
+    for frame in (fixture["request"], fixture["response"]):
+        raw = body_of(frame)
+        value = json.loads(raw)
+        assert raw == fastjson(value)
+        assert "null" not in raw.decode()
+    request = json.loads(body_of(fixture["request"]))
+    assert request["code"] == 200
+    assert request["localId"] == fixture["caller"] and request["remoteId"] == fixture["callee"]
+
+
+def test_heartbeat_answers_carry_only_code_and_term() -> None:
+    assert body_of(load("heartbeat-200")["response"]) == b'{"code":200,"term":-1}'
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n.startswith("vote-")])
+def test_vote_answers_copy_the_ids(name: str) -> None:
+    fixture = load(name)
+    request = json.loads(body_of(fixture["request"]))
+    answer = json.loads(body_of(fixture["response"]))
+    assert {"ledgerEndIndex", "ledgerEndTerm", "leaderId"} <= set(request)
+    assert request["leaderId"] == request["localId"]  # a candidate names itself
+    for key in ("group", "leaderId", "localId", "remoteId"):
+        assert answer[key] == request[key]
+    assert answer["voteResult"] == name.removeprefix("vote-").replace("-", "_").upper()
+    if answer["voteResult"] == "ACCEPT":
+        assert answer["term"] == request["term"] and answer["code"] == 200
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n.startswith("push-")])
+def test_push_requests_and_answers(name: str) -> None:
+    fixture = load(name)
+    request = json.loads(body_of(fixture["request"]))
+    answer = json.loads(body_of(fixture["response"]))
+    assert request["type"] == name.split("-")[1].upper()
+    assert request["leaderId"] == request["localId"]
+    assert request["batch"] is False and request["batchEntry"] == []
+    assert request["totalSize"] == 0
+    entry = request.get("entry")
+    if request["type"] == "COMMIT":
+        assert entry is None and request["count"] == 0
+        assert request["firstEntryIndex"] == request["lastEntryIndex"] == -1
+    else:
+        assert entry is not None and request["count"] == 1
+        assert request["firstEntryIndex"] == request["lastEntryIndex"] == entry["index"]
+        assert answer["index"] == entry["index"]
+    assert answer["code"] == int(name.rsplit("-", 1)[1])
+    assert set(answer) >= {"beginIndex", "endIndex", "code", "count", "group", "term"}
+    assert "localId" not in answer and "leaderId" not in answer
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n.startswith("push-") and "commit" not in n])
+def test_entries_hold_a_rocketmq_message(name: str) -> None:
+    entry = json.loads(body_of(load(name)["request"]))["entry"]
+    body = base64.b64decode(entry["body"])
+    assert entry["magic"] == 1 and entry["channel"] == 0
+    assert entry["bodyCrc"] == 0 and entry["chainCrc"] == 0
+    assert entry["size"] == ENTRY_HEADER + len(body)
+    assert int.from_bytes(body[:4], "big") == len(body)  # the message's TOTALSIZE
+    assert int.from_bytes(body[4:8], "big") == MESSAGE_MAGIC_V1
+
+
+def test_an_empty_follower_answers_compare_with_inconsistent_state_then_truncates_at_0() -> None:
+    compare = json.loads(body_of(load("push-compare-406")["response"]))
+    assert (compare["code"], compare["beginIndex"], compare["endIndex"]) == (406, -1, -1)
+    truncate = load("push-truncate-200")
+    request = json.loads(body_of(truncate["request"]))
+    assert request["entry"]["index"] == 0 and request["entry"]["pos"] == 0
+    answer = json.loads(body_of(truncate["response"]))
+    assert (answer["code"], answer["beginIndex"], answer["endIndex"]) == (200, 0, 0)
