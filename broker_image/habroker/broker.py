@@ -17,7 +17,11 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from habroker import __version__
-from habroker.config import BrokerConfig, BrokerRole, FlushDiskType, parse_host_port
+from habroker.config import BrokerConfig, BrokerRole, FlushDiskType, broker_id_of, parse_host_port
+from habroker.dledger.dledger_server import NotLeader
+from habroker.dledger.message_store import DLedgerMessageStore
+from habroker.dledger.protocol import DLedgerResponseCode
+from habroker.dledger_role_change import DLedgerRoleChangeHandler
 from habroker.ha import HAClient, HAService
 from habroker.metadata import (
     ConsumerOffsetManager,
@@ -72,7 +76,19 @@ class PullOutcome:
 class BrokerController:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self.store = MessageStore(config)
+        self.dledger_store: DLedgerMessageStore | None = None
+        self.dledger_roles: DLedgerRoleChangeHandler | None = None
+        if config.enableDLegerCommitLog:
+            # an elected leader is the master: every peer starts as a slave (RocketMQ too)
+            config = self.config = dataclasses.replace(
+                config, brokerRole=BrokerRole.SLAVE, brokerId=broker_id_of(config.dLegerSelfId)
+            )
+            self.dledger_store = DLedgerMessageStore(config)
+            self.store: MessageStore = self.dledger_store
+            self.dledger_roles = DLedgerRoleChangeHandler(self, self.dledger_store)
+            self.dledger_store.dledger.listeners.append(self.dledger_roles)
+        else:
+            self.store = MessageStore(config)
         meta_dir = config.metadata_dir
         self.topics = TopicConfigManager(meta_dir)
         self.groups = SubscriptionGroupManager(meta_dir)
@@ -137,7 +153,9 @@ class BrokerController:
         await self.store.start()
         self.schedule.correct_offsets()  # delayOffset.json fitted to the recovered queues
         self.replicas.load()
-        if self.is_slave:
+        if self.dledger_store is not None:
+            pass  # the elections decide (DLedgerRoleChangeHandler)
+        elif self.is_slave:
             await self.start_slave()
         else:
             await self.start_master()
@@ -170,6 +188,8 @@ class BrokerController:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        if self.dledger_roles is not None:
+            await self.dledger_roles.close()
         await self.stop_slave()
         await self.stop_master()
         await self.replicas.close()
@@ -343,15 +363,43 @@ class BrokerController:
             if redirected is not None:
                 store_topic, store_queue, entry = redirected
                 entries = [entry]
-        result = self.store.put_messages(
-            store_topic,
-            store_queue,
-            entries,
-            born_host=born_host,
-            born_timestamp=born_timestamp,
-            sys_flag=sys_flag,
-            reconsume_times=reconsume_times,
+        if self.dledger_store is not None:
+            result = await self._put_dledger(
+                self.dledger_store,
+                store_topic,
+                store_queue,
+                entries,
+                born_host=born_host,
+                born_timestamp=born_timestamp,
+                sys_flag=sys_flag,
+                reconsume_times=reconsume_times,
+            )
+            status = result.status
+        else:
+            result = self.store.put_messages(
+                store_topic,
+                store_queue,
+                entries,
+                born_host=born_host,
+                born_timestamp=born_timestamp,
+                sys_flag=sys_flag,
+                reconsume_times=reconsume_times,
+            )
+            status = await self._wait_replicas(result, entries, wait)
+        result.status = status
+        self.stats.put_requests += 1
+        self.stats.put_messages += result.count
+        self.stats.put_bytes += result.wrote_bytes
+        self.stats.put_status[status.value] += 1
+        self.stats.produce_latency.labels(*self._metric_labels()).observe(
+            time.perf_counter() - started
         )
+        return result, queue_id
+
+    async def _wait_replicas(
+        self, result: PutResult, entries: Sequence[BatchEntry], wait: bool | None
+    ) -> PutStatus:
+        """Classic groups: the flush and the SYNC slave the role and flush type ask for."""
         status = result.status
         if wait is None:
             wait = not entries or b"WAIT\x01false" not in entries[0].properties
@@ -370,15 +418,40 @@ class BrokerController:
                 )
             if replica is not PutStatus.PUT_OK:
                 status = replica
-        result.status = status
-        self.stats.put_requests += 1
-        self.stats.put_messages += result.count
-        self.stats.put_bytes += result.wrote_bytes
-        self.stats.put_status[status.value] += 1
-        self.stats.produce_latency.labels(*self._metric_labels()).observe(
-            time.perf_counter() - started
-        )
-        return result, queue_id
+        return status
+
+    async def _put_dledger(
+        self,
+        store: DLedgerMessageStore,
+        topic: str,
+        queue_id: int,
+        entries: Sequence[BatchEntry],
+        **kwargs: Any,
+    ) -> PutResult:
+        """DLedger groups: acknowledged only once a quorum holds every message (whatever the
+        producer's WAIT: RocketMQ's DLedger commit log waits the same way)."""
+        try:
+            put = store.put_dledger(topic, queue_id, entries, **kwargs)
+        except NotLeader as exc:
+            raise BrokerError(
+                "not_master", f"this DLedger peer is not the leader: {exc}", 503
+            ) from None
+        waited = time.perf_counter()
+        answers = await asyncio.gather(*put.acks)
+        self.stats.sync_wait.labels(*self._metric_labels()).observe(time.perf_counter() - waited)
+        codes = {int(a.get("code", -1)) for a in answers}
+        if codes != {DLedgerResponseCode.SUCCESS}:
+            # not acknowledged: the entry may still commit under a later leader (or be cut)
+            put.result.status = PutStatus.FLUSH_SLAVE_TIMEOUT
+            log.warning(
+                "DLedger put of %d message(s) at %d not acknowledged by a quorum: %s",
+                put.result.count,
+                put.result.wrote_offset,
+                ", ".join(DLedgerResponseCode.name_of(c) for c in sorted(codes)),
+            )
+        if len(put.acks) < len(entries):
+            put.result.status = PutStatus.FLUSH_SLAVE_TIMEOUT
+        return put.result
 
     def _metric_labels(self) -> tuple[str, str]:
         """(broker, brokerId) for the latency histograms; brokerId changes on promotion."""
@@ -557,6 +630,39 @@ class BrokerController:
     def _slave_rows(master_status: dict[str, object]) -> list[dict[str, Any]]:
         return cast(list[dict[str, Any]], master_status["slaves"])
 
+    async def transfer_leadership(self, transferee: str) -> dict[str, Any]:
+        """DLedger: make ``transferee`` the leader; returns {leaderId, term} once it is."""
+        if self.dledger_store is None:
+            raise BrokerError("not_dledger", "this broker is not in DLedger mode", 409)
+        server = self.dledger_store.dledger
+        state = server.state
+        if transferee not in state.peers:
+            raise BrokerError(
+                "unknown_peer",
+                f"{transferee!r} is not one of dLegerPeers ({', '.join(state.peers)})",
+            )
+        if not state.is_leader:
+            raise BrokerError(
+                "not_leader",
+                f"{state.self_id} is not the leader (leader: {state.leader_id or 'none'})",
+                409,
+                leaderId=state.leader_id,
+            )
+        if transferee == state.self_id:
+            return {"leaderId": state.self_id, "term": state.term}
+        answer = await server.transfer_leadership(transferee)
+        code = int(answer.get("code", -1))
+        if code != DLedgerResponseCode.SUCCESS:
+            raise BrokerError(
+                "transfer_failed",
+                f"leadership transfer to {transferee} failed: {DLedgerResponseCode.name_of(code)}",
+                504
+                if code
+                in (DLedgerResponseCode.TAKE_LEADERSHIP_FAILED, DLedgerResponseCode.NETWORK_ERROR)
+                else 409,
+            )
+        return {"leaderId": transferee, "term": int(answer.get("term", state.term))}
+
     # -- status ----------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         cfg = self.config
@@ -586,6 +692,9 @@ class BrokerController:
             "uptimeSeconds": round(time.monotonic() - self.started_at, 3),
         }
         out.update(self.replicas.status())
+        out["dledger"] = (
+            self.dledger_store.dledger.status() if self.dledger_store is not None else None
+        )
         if self.ha_service is not None:
             master = self.ha_service.status()
             in_sync = []

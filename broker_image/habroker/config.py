@@ -126,6 +126,18 @@ class BrokerConfig:
     # RocketMQ 5: the role comes from a controller (here: the operator, PUT /v1/admin/role);
     # the broker starts with writes fenced until it is told. HA stays classic.
     enableControllerMode: bool = False
+    # DLedger mode (RocketMQ's MessageStoreConfig keys): the elected leader is the master
+    enableDLegerCommitLog: bool = False
+    dLegerGroup: str = ""  # RocketMQ's convention: the brokerName (empty: brokerName)
+    dLegerPeers: str = ""  # n0-host:port;n1-host:port;n2-host:port (DLedger RPC addresses)
+    dLegerSelfId: str = ""  # n0, n1, ...: this broker's entry in dLegerPeers
+    preferredLeaderId: str = ""  # a peer that takes leadership once it is caught up
+    # habroker: DLedgerConfig's timings (RocketMQ leaves them at these defaults)
+    dLegerHeartBeatIntervalMs: int = 2000
+    dLegerMaxHeartBeatLeak: int = 3
+    dLegerMinVoteIntervalMs: int = 300
+    dLegerMaxVoteIntervalMs: int = 1000
+    dLegerMaxWaitAckTimeMs: int = 2500
     # consumers
     longPollingEnable: bool = True
     # reads from slaves
@@ -269,6 +281,38 @@ class BrokerConfig:
             parse_host_port(self.masterHttpAddress, key="masterHttpAddress")
         if self.masterAddress:
             parse_host_port(self.masterAddress, key="masterAddress")
+        if self.enableDLegerCommitLog:
+            self._validate_dledger()
+
+    def _validate_dledger(self) -> None:
+        if not self.dLegerSelfId:
+            raise ConfigError(
+                "dLegerSelfId: required when enableDLegerCommitLog=true (n0, n1, ...)"
+            )
+        peers = parse_peers(self.dLegerPeers, self.dLegerSelfId)
+        broker_id_of(self.dLegerSelfId)
+        if self.preferredLeaderId and self.preferredLeaderId not in peers:
+            raise ConfigError(
+                f"preferredLeaderId={self.preferredLeaderId}: not one of dLegerPeers "
+                f"({', '.join(peers)})"
+            )
+        for key in (
+            "dLegerHeartBeatIntervalMs",
+            "dLegerMaxHeartBeatLeak",
+            "dLegerMinVoteIntervalMs",
+            "dLegerMaxWaitAckTimeMs",
+        ):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"{key}={getattr(self, key)}: must be positive")
+        if self.dLegerMaxVoteIntervalMs <= self.dLegerMinVoteIntervalMs:
+            raise ConfigError(
+                f"dLegerMaxVoteIntervalMs={self.dLegerMaxVoteIntervalMs}: must be greater than "
+                f"dLegerMinVoteIntervalMs={self.dLegerMinVoteIntervalMs}"
+            )
+
+    @property
+    def dledger_group(self) -> str:
+        return self.dLegerGroup or self.brokerName
 
     def startup_warnings(self) -> list[str]:
         """What a user should hear at startup: keys without effect, a message-size mismatch."""
@@ -453,6 +497,35 @@ def parse_host_port(text: str, key: str = "address") -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ConfigError(f"{key}={text!r}: expected host:port")
     return host.strip("[]"), int(port)
+
+
+def parse_peers(text: str, self_id: str) -> dict[str, str]:
+    """dLegerPeers ``n0-host:port;n1-host:port`` → ``{"n0": "host:port", ...}`` in order."""
+    peers: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(";"))):
+        peer_id, sep, address = item.partition("-")
+        host, colon, port = address.rpartition(":")
+        if not sep or not peer_id or not colon or not host or not port.isdigit():
+            raise ConfigError(f"dLegerPeers entry {item!r}: expected <id>-<host>:<port>")
+        if peer_id in peers:
+            raise ConfigError(f"dLegerPeers names peer {peer_id!r} twice")
+        peers[peer_id] = address
+    if not peers:
+        raise ConfigError("dLegerPeers is empty: a DLedger group needs its peers")
+    if self_id not in peers:
+        raise ConfigError(f"dLegerSelfId={self_id}: not one of dLegerPeers ({', '.join(peers)})")
+    return peers
+
+
+def broker_id_of(self_id: str) -> int:
+    """The brokerId a DLedger follower registers with: RocketMQ's ``selfId[1:] + 1``."""
+    try:
+        return int(self_id[1:]) + 1
+    except ValueError:
+        raise ConfigError(
+            f"dLegerSelfId={self_id}: RocketMQ derives brokerId from the digits after the "
+            "first letter (n0, n1, ...)"
+        ) from None
 
 
 def parse_delete_when(text: str) -> set[int]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -18,7 +19,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from habroker.config import properties_line
 
@@ -39,6 +40,27 @@ def free_ports(count: int) -> list[int]:
             sock.bind(("127.0.0.1", 0))
             ports.append(int(sock.getsockname()[1]))
         return ports
+
+
+def port_pairs(count: int, tries: int = 200) -> tuple[list[int], list[int]]:
+    """``count`` client ports and as many DLedger ports, every pair the same distance apart:
+    a follower finds its leader's client port that way (as pods sharing 10911/40911 do)."""
+    for _ in range(tries):
+        clients = free_ports(count)
+        distance = random.randint(1, 2000)
+        dledger = [port + distance for port in clients]
+        if max(dledger) < 65536 and all(_is_free(port) for port in dledger):
+            return clients, dledger
+    raise OSError(f"no {count} free port pairs one distance apart in {tries} tries")
+
+
+def _is_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _call_here(fn: Callable[[], T]) -> T:
@@ -300,6 +322,84 @@ class LocalGroup:
         raise TimeoutError(f"slaves at {offsets}, master at {target} after {timeout}s")
 
     def __enter__(self) -> LocalGroup:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class LocalDLedgerGroup:
+    """``peers`` DLedger peers (n0, n1, ...) of one group, each its own process; the DLedger
+    ports are picked before any peer starts, since every peer names all of them."""
+
+    def __init__(self, root: Path, peers: int = 3, **config: Any) -> None:
+        clients, ports = port_pairs(peers)
+        self.peers_text = ";".join(f"n{i}-127.0.0.1:{port}" for i, port in enumerate(ports))
+        self.peers = [
+            LocalBroker(
+                Path(root) / f"n{i}",
+                listenPort=clients[i],
+                enableDLegerCommitLog=True,
+                dLegerSelfId=f"n{i}",
+                dLegerPeers=self.peers_text,
+                **config,
+            )
+            for i in range(peers)
+        ]
+
+    def start(self, wait: bool = True) -> LocalDLedgerGroup:
+        for peer in self.peers:
+            peer.start(wait=False)
+        if wait:
+            for peer in self.peers:
+                peer.wait_healthy()
+        return self
+
+    def stop(self) -> None:
+        for peer in self.peers:
+            peer.stop()
+
+    def dledger_status(self, peer: LocalBroker) -> dict[str, Any] | None:
+        """The peer's ``dledger`` status, or None when it does not answer."""
+        if not peer.running:
+            return None
+        try:
+            code, body = peer.request("GET", "/v1/status", timeout=2)
+        except OSError:
+            return None
+        return cast(dict[str, Any], body["dledger"]) if code == 200 else None
+
+    def leader(self, timeout: float = 30.0, *, exclude: Sequence[LocalBroker] = ()) -> LocalBroker:
+        """The peer that leads and has become master (takes writes), once one does."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for peer in self.peers:
+                if peer in exclude or not peer.running:
+                    continue
+                try:
+                    code, body = peer.request("GET", "/v1/status", timeout=2)
+                except OSError:
+                    continue
+                if code == 200 and body["dledger"]["role"] == "LEADER" and body["brokerId"] == 0:
+                    return peer
+            time.sleep(0.05)
+        raise TimeoutError(f"no leader took writes within {timeout}s")
+
+    def wait_converged(self, timeout: float = 60.0) -> int:
+        """Until every running peer has committed the same ledger end; returns that index."""
+        deadline = time.monotonic() + timeout
+        seen: list[Any] = []
+        while time.monotonic() < deadline:
+            seen = [self.dledger_status(p) for p in self.peers if p.running]
+            ends = {(s["ledgerEndIndex"], s["committedIndex"]) for s in seen if s}
+            if len(ends) == 1 and all(seen):
+                end, committed = ends.pop()
+                if end == committed:
+                    return int(end)
+            time.sleep(0.1)
+        raise TimeoutError(f"peers did not converge in {timeout}s: {seen}")
+
+    def __enter__(self) -> LocalDLedgerGroup:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -209,7 +209,7 @@ class ReplicasManager:
             if cut:
                 log.warning("cut %d bytes of a half-received record before taking writes", cut)
         broker.reconfigure(brokerRole=req.role, brokerId=0, haMasterAddress="", masterAddress="")
-        self._adopt_replicated_topics()
+        self.adopt_replicated_topics()
         if broker.ha_service is None:
             await broker.start_master()
         max_offset = broker.store.max_phy_offset
@@ -224,7 +224,7 @@ class ReplicasManager:
         )  # fmt: skip
         broker.register_now()
 
-    def _adopt_replicated_topics(self) -> None:
+    def adopt_replicated_topics(self) -> None:
         """Topics whose messages this log holds but whose config the slave had not copied yet
         (metadata is copied every metaSyncInterval): a new master must take writes for them."""
         broker = self.broker

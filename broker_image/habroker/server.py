@@ -390,6 +390,16 @@ async def fence(request: web.Request) -> web.Response:
         raise BrokerError(exc.code, str(exc), exc.http_status) from None
 
 
+async def leadership_transfer(request: web.Request) -> web.Response:
+    """DLedger groups: hand leadership to a caught-up follower (before a rolling restart)."""
+    broker = request.app[BROKER_KEY]
+    body = await _json_body(request)
+    transferee = body.get("transfereeId")
+    if not isinstance(transferee, str) or not transferee:
+        raise BrokerError("bad_request", "fields: transfereeId (a dLegerPeers id, e.g. n1)")
+    return web.json_response(await broker.transfer_leadership(transferee))
+
+
 async def get_config(request: web.Request) -> web.Response:
     return web.json_response(request.app[BROKER_KEY].config.to_properties())
 
@@ -451,6 +461,7 @@ def add_routes(router: web.UrlDispatcher) -> None:
     r.add_get("/v1/admin/role", get_role)
     r.add_put("/v1/admin/role", put_role)
     r.add_post("/v1/admin/fence", fence)
+    r.add_post("/v1/admin/dledger/leadership-transfer", leadership_transfer)
     r.add_get("/v1/admin/external-addresses", get_external_addresses)
     r.add_put("/v1/admin/external-addresses", put_external_addresses)
     r.add_get("/v1/admin/config", get_config)

@@ -1,0 +1,148 @@
+"""DLedgerCommitLog: the broker's commit log when its records live in DLedger entries.
+
+RocketMQ's DLedgerCommitLog layout, so a Java DLedger broker can read the files: every
+message record is the body of one DLedger entry, its PHYSICALOFFSET field is the entry's
+position + 48 (BODY_OFFSET), and consume-queue units point there.  Readers see only what the
+group has committed (reads stop at ``committedPos``), so a consumer never reads a message a
+new leader could still cut away.  Dispatch to the consume queues walks committed entries by
+index; it is the same on leader and followers, which is why followers need no HA stream.
+"""
+
+from __future__ import annotations
+
+import logging
+from bisect import bisect_left
+from collections.abc import Callable, Sequence
+
+from habroker.dledger.entry import BODY_OFFSET
+from habroker.dledger.mmap_file_store import DLedgerMmapFileStore
+from habroker.message import DELAY_LEVELS_MS, DispatchTuple, parse_record
+from habroker.store.commit_log import CommitLog
+from habroker.store.dispatcher import ReputMessageService
+from habroker.store.errors import StoreNotWritable
+from habroker.store.values import BatchEntry, SelectedRegion
+
+log = logging.getLogger(__name__)
+
+
+class DLedgerCommitLog(CommitLog):
+    """The read side over the DLedger data files; writes go through the DLedger server."""
+
+    def __init__(self, store: DLedgerMmapFileStore, file_size: int) -> None:
+        super().__init__(store.data_dir, file_size)  # its own file queue stays unloaded
+        self.dledger_store = store
+
+    @property
+    def min_offset(self) -> int:
+        store = self.dledger_store
+        if store.ledger_begin_index < 0:
+            return 0
+        first = store.get(store.ledger_begin_index)
+        return 0 if first is None else first.pos
+
+    @property
+    def max_offset(self) -> int:
+        """The end of the committed entries: what readers and dispatch may see."""
+        return self.dledger_store.committed_pos
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.dledger_store.flushed_pos
+
+    def read(self, offset: int, size: int) -> memoryview | None:
+        if size <= 0 or offset + size > self.dledger_store.committed_pos:
+            return None
+        data = self.dledger_store.read_data(offset, size)
+        if data is None or len(data) < size:
+            return None
+        return memoryview(data)
+
+    def select_region(self, offset: int) -> SelectedRegion | None:
+        return None  # classic HA does not run in DLedger mode
+
+    def put_batch(
+        self,
+        topic_tail: bytes,
+        queue_id: int,
+        entries: Sequence[BatchEntry],
+        first_queue_offset: int,
+        shared: bytes,
+        record_base: int,
+        total: int,
+    ) -> int:
+        raise StoreNotWritable("a DLedger commit log is written through the DLedger leader")
+
+    def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass  # the DLedger server owns the files
+
+
+class DLedgerReput(ReputMessageService):
+    """Dispatch of committed entries, in index order."""
+
+    def __init__(
+        self,
+        commit_log: DLedgerCommitLog,
+        dispatch: Callable[[DispatchTuple], None],
+        delay_levels: Sequence[int] = DELAY_LEVELS_MS,
+    ) -> None:
+        super().__init__(commit_log, dispatch, lambda: False, delay_levels)
+        self.store = commit_log.dledger_store
+        self.dispatched_index = -1
+
+    def start_after(self, covered_phys: int) -> None:
+        """Resume after the last entry the consume queues already index (``covered_phys`` is
+        the end of their last unit, -1 for none)."""
+        store = self.store
+        begin, end = store.ledger_begin_index, store.ledger_end_index
+        if covered_phys < 0 or end < 0:
+            self.dispatched_index = begin - 1 if begin >= 0 else -1
+        else:
+            # entries are in position order: find the first whose record ends past the cover
+            indexes = range(max(begin, 0), end + 1)
+            at = bisect_left(indexes, covered_phys, key=self._record_end)
+            self.dispatched_index = max(begin, 0) + at - 1
+        entry = store.get(self.dispatched_index) if self.dispatched_index >= 0 else None
+        self.reput_from_offset = (
+            entry.pos + entry.size if entry is not None else self.commit_log.min_offset
+        )
+
+    def _record_end(self, index: int) -> int:
+        entry = self.store.get(index)
+        return -1 if entry is None else entry.pos + entry.size
+
+    def behind(self) -> int:
+        return max(0, self.store.committed_pos - self.reput_from_offset)
+
+    @property
+    def caught_up(self) -> bool:
+        return self.dispatched_index >= self.store.committed_index
+
+    def do_reput(self) -> int:
+        store = self.store
+        count = 0
+        while self.dispatched_index < store.committed_index:
+            index = self.dispatched_index + 1
+            entry = store.get(index)
+            if entry is None:
+                log.error("committed entry %d cannot be read; dispatch waits", index)
+                return count
+            parsed = parse_record(entry.body, 0, False, self.delay_levels)
+            if isinstance(parsed, tuple):
+                self.dispatch(parsed)
+                self.last_store_timestamp = parsed[5]
+                count += 1
+            else:
+                log.error(
+                    "entry %d at %d holds no message record (%d); skipped", index, entry.pos, parsed
+                )
+            self.dispatched_index = index
+            self.reput_from_offset = entry.pos + entry.size
+        return count
+
+
+def record_offset(entry_pos: int) -> int:
+    """Where an entry's message record starts: the commit-log offset RocketMQ reports."""
+    return entry_pos + BODY_OFFSET

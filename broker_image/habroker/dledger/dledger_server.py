@@ -1,0 +1,288 @@
+"""DLedgerServer: one peer of a DLedger group — store, member state, elector, pusher, RPCs.
+
+The broker talks to this class only: :meth:`append` on the leader (a future completed when a
+quorum holds the entry), :attr:`listeners` for role changes, ``on_committed`` for the commit
+index that consumers may see, :meth:`transfer_leadership` for rolling updates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from habroker.dledger.entry import DLedgerEntry
+from habroker.dledger.entry_pusher import DLedgerEntryPusher, PusherConfig
+from habroker.dledger.leader_elector import DLedgerLeaderElector, ElectionTimings
+from habroker.dledger.member_state import MemberState, Role, parse_peers
+from habroker.dledger.mmap_file_store import DLedgerMmapFileStore
+from habroker.dledger.protocol import (
+    Body,
+    DLedgerRequestCode,
+    DLedgerResponseCode,
+    answer,
+    base,
+    code_of,
+)
+from habroker.dledger.rpc_service import DLedgerRpcService
+
+log = logging.getLogger(__name__)
+
+RC = DLedgerResponseCode
+AppendHook = Callable[[DLedgerEntry, bytearray], None]
+
+
+class NotLeader(Exception):
+    """An append on a peer that is not (or no longer) the leader."""
+
+    def __init__(self, code: int, leader_id: str | None) -> None:
+        super().__init__(f"{RC.name_of(code)} (leader: {leader_id or 'unknown'})")
+        self.code = code
+        self.leader_id = leader_id
+
+
+@dataclass
+class DLedgerSettings:
+    group: str
+    self_id: str
+    peers: str
+    store_root: Path
+    bind_host: str = "127.0.0.1"
+    data_file_size: int = 1 << 30
+    timings: ElectionTimings = field(default_factory=ElectionTimings)
+    pusher: PusherConfig = field(default_factory=PusherConfig)
+    preferred_leader_ids: tuple[str, ...] = ()
+    flush_interval_ms: int = 500
+
+
+class DLedgerServer:
+    def __init__(
+        self,
+        settings: DLedgerSettings,
+        on_committed: Callable[[int], None] = lambda _index: None,
+    ) -> None:
+        self.settings = settings
+        peers = parse_peers(settings.peers, settings.self_id)
+        self.store = DLedgerMmapFileStore(
+            settings.store_root, settings.self_id, data_file_size=settings.data_file_size
+        )
+        self.state = MemberState(
+            settings.group,
+            settings.self_id,
+            peers,
+            settings.store_root / f"dledger-{settings.self_id}",
+        )
+        self.store.current_term = lambda: self.state.term
+        self.rpc = DLedgerRpcService(peers, settings.self_id)
+        self.elector = DLedgerLeaderElector(
+            self.state,
+            self.rpc,
+            lambda: (self.store.ledger_end_index, self.store.ledger_end_term),
+            settings.timings,
+            settings.preferred_leader_ids,
+        )
+        self._on_committed = on_committed
+        self.pusher = DLedgerEntryPusher(
+            self.state,
+            self.store,
+            self.rpc,
+            settings.pusher,
+            self._committed,
+            self.flush,
+        )
+        self._flush_lock = asyncio.Lock()
+        self._flush_task: asyncio.Task[None] | None = None
+        self._running = False
+
+    @property
+    def listeners(self) -> list[Callable[[int, Role], None]]:
+        return self.elector.listeners
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def start(self) -> None:
+        self.store.recover()
+        log.info(
+            "dledger %s of %s: ledger [%d, %d] end term %d, committed %d, term %d, peers %s",
+            self.state.self_id,
+            self.state.group,
+            self.store.ledger_begin_index,
+            self.store.ledger_end_index,
+            self.store.ledger_end_term,
+            self.store.committed_index,
+            self.state.term,
+            self.state.peers,
+        )
+        rpc = self.rpc
+        rpc.register(DLedgerRequestCode.HEART_BEAT, self._checked(self.elector.handle_heartbeat))
+        rpc.register(DLedgerRequestCode.VOTE, self._checked(self.elector.handle_vote))
+        rpc.register(DLedgerRequestCode.PUSH, self._checked(self.pusher.handle_push))
+        rpc.register(DLedgerRequestCode.LEADERSHIP_TRANSFER, self._checked(self._transfer))
+        rpc.register(DLedgerRequestCode.METADATA, self._metadata)
+        for code in (DLedgerRequestCode.APPEND, DLedgerRequestCode.GET, DLedgerRequestCode.PULL):
+            rpc.register(code, self._unsupported)
+        await rpc.start(self.settings.bind_host)
+        self._running = True
+        self.pusher.start()
+        self.elector.start()
+        self._flush_task = asyncio.create_task(self._flush_loop(), name="dledger-flush")
+
+    async def stop(self) -> None:
+        if not self._running:
+            return
+        self._running = False
+        await self.elector.stop()
+        await self.pusher.stop()
+        if self._flush_task is not None:
+            self._flush_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flush_task
+        await self.rpc.stop()
+        await self.flush()
+        self.store.persist_checkpoint()
+        self.store.close()
+
+    # -- requests --------------------------------------------------------------------------------
+    def _checked(
+        self, handler: Callable[[Body], Awaitable[Body]]
+    ) -> Callable[[Body], Awaitable[Body]]:
+        """DLedgerServer's guard: the request is for this group and this member."""
+
+        async def run(request: Body) -> Body:
+            st = self.state
+            if request.get("group") != st.group:
+                return answer(request, RC.UNKNOWN_GROUP, term=st.term)
+            if request.get("remoteId") != st.self_id:
+                return answer(request, RC.UNKNOWN_MEMBER, term=st.term)
+            return await handler(request)
+
+        return run
+
+    async def _metadata(self, request: Body) -> Body:
+        st = self.state
+        out = base(st.group, local_id=st.self_id, leader_id=st.leader_id, term=st.term)
+        out["peers"] = dict(st.peers)
+        return out
+
+    async def _unsupported(self, request: Body) -> Body:
+        # a broker's entries are RocketMQ messages: raw client appends would corrupt its log
+        return answer(request, RC.UNSUPPORTED, term=self.state.term)
+
+    async def _transfer(self, request: Body) -> Body:
+        st = self.state
+        if request.get("transferId") == st.self_id:
+            transferee = request.get("transfereeId")
+            if not st.is_peer(transferee) or transferee == st.self_id:
+                return answer(request, RC.UNKNOWN_MEMBER, term=st.term)
+            behind = self.store.ledger_end_index - self.pusher.water_marks.get(
+                st.term, str(transferee)
+            )
+            if behind >= 1000:  # DLedgerConfig.maxLeadershipTransferWaitIndex
+                return answer(request, RC.FALL_BEHIND_TOO_MUCH, term=st.term)
+            return await self.elector.handle_leadership_transfer(request)
+        if request.get("transfereeId") == st.self_id:
+            if request.get("transferId") != st.leader_id:
+                return answer(request, RC.INCONSISTENT_LEADER, term=st.term)
+            # catch up to the index the leader had when it asked, then run for leader
+            target = int(request.get("takeLeadershipLedgerIndex", -1))
+            for _ in range(100):
+                if self.store.ledger_end_index >= target:
+                    break
+                await asyncio.sleep(0.01)
+            return await self.elector.handle_take_leadership(request)
+        return answer(request, RC.UNEXPECTED_ARGUMENT, term=st.term)
+
+    async def transfer_leadership(self, transferee: str) -> Body:
+        """The admin call of a rolling update: hand leadership to ``transferee``."""
+        st = self.state
+        request = base(
+            st.group,
+            local_id=st.self_id,
+            remote_id=st.self_id,
+            leader_id=st.leader_id,
+            term=st.term,
+        )
+        request.update(transferId=st.self_id, transfereeId=transferee)
+        return await self._checked(self._transfer)(request)
+
+    # -- writes ------------------------------------------------------------------------------------
+    def append(
+        self, body: bytes, hook: AppendHook | None = None
+    ) -> tuple[DLedgerEntry, asyncio.Future[Body]]:
+        """Append as leader; the future completes when a quorum has the entry (code 200) or
+        with WAIT_QUORUM_ACK_TIMEOUT / TERM_CHANGED / NOT_LEADER."""
+        st = self.state
+        if not st.is_leader:
+            raise NotLeader(RC.NOT_LEADER, st.leader_id)
+        if st.transferee is not None:
+            raise NotLeader(RC.LEADER_TRANSFERRING, st.transferee)
+        if self.pusher.pending_full():
+            raise NotLeader(RC.LEADER_PENDING_FULL, st.self_id)
+        entry = self.store.append_as_leader(body, st.term, hook)
+        return entry, self.pusher.wait_ack(entry)
+
+    async def flush(self) -> None:
+        """Flush the data and index files (one flush at a time; callers share it)."""
+        async with self._flush_lock:
+            await self.store.flush_async()
+        if self.settings.pusher.sync_flush:
+            self.pusher.wake_ack_checker()
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.flush_interval_ms / 1000)
+            try:
+                await self.flush()
+                self.store.persist_checkpoint()
+            except OSError as exc:
+                log.error("dledger %s: flush failed: %s", self.state.self_id, exc)
+
+    def _committed(self, index: int) -> None:
+        self._on_committed(index)
+
+    # -- status ------------------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        st = self.state
+        store = self.store
+        peers = []
+        for peer, addr in st.peers.items():
+            if st.is_leader:
+                mark = (
+                    store.ledger_end_index
+                    if peer == st.self_id
+                    else self.pusher.water_marks.get(st.term, peer)
+                )
+                lag: int | None = store.ledger_end_index - mark
+            else:
+                mark, lag = -1, None
+            peers.append(
+                {
+                    "id": peer,
+                    "addr": addr,
+                    "matchIndex": mark,
+                    "lagEntries": lag,
+                    "self": peer == st.self_id,
+                    "live": st.peers_live.get(peer) if peer != st.self_id else True,
+                }
+            )
+        return {
+            "group": st.group,
+            "selfId": st.self_id,
+            "role": st.role.value,
+            "term": st.term,
+            "leaderId": st.leader_id,
+            "leaderAddr": st.leader_address,
+            "ledgerBeginIndex": store.ledger_begin_index,
+            "ledgerEndIndex": store.ledger_end_index,
+            "ledgerEndTerm": store.ledger_end_term,
+            "committedIndex": store.committed_index,
+            "elections": self.elector.elections,
+            "peers": peers,
+        }
+
+
+def is_success(body: Body) -> bool:
+    return code_of(body) == RC.SUCCESS

@@ -1,0 +1,132 @@
+"""DLedgerEntry: one entry of the replicated log, on disk and in PUSH requests.
+
+On disk (DLedgerEntryCoder, big-endian) an entry is a 48-byte header then the body:
+magic int, size int (header + body), index long, term long, pos long (the entry's own offset in
+the data files), channel int, chainCrc int, bodyCrc int, body length int.  DLedger 0.3.1.2
+writes both CRCs as 0 and never checks them; we do the same so Java peers compare entries
+equal.  In PUSH requests an entry travels as fastjson writes the Java bean: its fields by name,
+the body as base64.
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+MAGIC_1 = 1
+CURRENT_MAGIC = MAGIC_1
+#: the header before the body length field ends at 44; the body starts at 48
+HEADER_SIZE = 44
+BODY_OFFSET = 48
+POS_OFFSET = 24  # magic + size + index + term
+INDEX_UNIT_SIZE = 32
+
+_HEADER = struct.Struct(">iiqqqiiii")
+_INDEX_UNIT = struct.Struct(">iqiqq")  # magic, pos, size, index, term
+assert _HEADER.size == BODY_OFFSET and _INDEX_UNIT.size == INDEX_UNIT_SIZE
+
+
+@dataclass(slots=True)
+class DLedgerEntry:
+    index: int
+    term: int
+    body: bytes
+    pos: int = -1
+    magic: int = CURRENT_MAGIC
+    channel: int = 0
+    chain_crc: int = 0
+    body_crc: int = 0
+    size: int = field(default=-1)
+
+    def __post_init__(self) -> None:
+        if self.size < 0:
+            self.size = BODY_OFFSET + len(self.body)
+
+    def encode(self) -> bytearray:
+        """Header and body, ready to write at ``pos``."""
+        out = bytearray(BODY_OFFSET + len(self.body))
+        _HEADER.pack_into(
+            out,
+            0,
+            self.magic,
+            self.size,
+            self.index,
+            self.term,
+            self.pos,
+            self.channel,
+            self.chain_crc,
+            self.body_crc,
+            len(self.body),
+        )
+        out[BODY_OFFSET:] = self.body
+        return out
+
+
+def same_entry(a: DLedgerEntry, b: DLedgerEntry | None) -> bool:
+    """DLedgerEntry.equals: header fields and body, not the CRCs."""
+    return (
+        b is not None
+        and (a.size, a.magic, a.index, a.term, a.channel, a.pos)
+        == (b.size, b.magic, b.index, b.term, b.channel, b.pos)
+        and bytes(a.body) == bytes(b.body)
+    )
+
+
+def decode_header(data: bytes | bytearray | memoryview, at: int = 0) -> tuple[int, ...]:
+    """(magic, size, index, term, pos, channel, chainCrc, bodyCrc, bodyLen) at ``at``."""
+    return _HEADER.unpack_from(data, at)
+
+
+def decode(data: bytes | bytearray | memoryview) -> DLedgerEntry:
+    magic, size, index, term, pos, channel, chain_crc, body_crc, body_len = _HEADER.unpack_from(
+        data, 0
+    )
+    body = bytes(data[BODY_OFFSET : BODY_OFFSET + body_len])
+    if len(body) != body_len:
+        raise ValueError(f"entry {index} at {pos}: body of {body_len} bytes is cut short")
+    return DLedgerEntry(index, term, body, pos, magic, channel, chain_crc, body_crc, size)
+
+
+def encode_index(entry_pos: int, size: int, magic: int, index: int, term: int) -> bytes:
+    return _INDEX_UNIT.pack(magic, entry_pos, size, index, term)
+
+
+def decode_index(
+    data: bytes | bytearray | memoryview, at: int = 0
+) -> tuple[int, int, int, int, int]:
+    """(magic, pos, size, index, term) of one 32-byte index unit."""
+    magic, pos, size, index, term = _INDEX_UNIT.unpack_from(data, at)
+    return magic, pos, size, index, term
+
+
+def to_json_dict(entry: DLedgerEntry) -> dict[str, Any]:
+    """The entry as fastjson writes the Java bean (every getter, the body in base64)."""
+    return {
+        "body": base64.b64encode(entry.body).decode("ascii"),
+        "bodyCrc": entry.body_crc,
+        "chainCrc": entry.chain_crc,
+        "channel": entry.channel,
+        "index": entry.index,
+        "magic": entry.magic,
+        "pos": entry.pos,
+        "size": entry.size,
+        "term": entry.term,
+    }
+
+
+def from_json_dict(data: dict[str, Any]) -> DLedgerEntry:
+    body_text = data.get("body")
+    body = base64.b64decode(body_text) if body_text else b""
+    return DLedgerEntry(
+        index=int(data.get("index", -1)),
+        term=int(data.get("term", -1)),
+        body=body,
+        pos=int(data.get("pos", -1)),
+        magic=int(data.get("magic", CURRENT_MAGIC)),
+        channel=int(data.get("channel", 0)),
+        chain_crc=int(data.get("chainCrc", 0)),
+        body_crc=int(data.get("bodyCrc", 0)),
+        size=int(data.get("size", -1)),
+    )

@@ -1,0 +1,740 @@
+"""DLedgerEntryPusher: the leader's EntryDispatchers, the follower's EntryHandler and the
+QuorumAckChecker (seed 001).
+
+Leader side: one EntryDispatcher per follower.  After every change of term it COMPAREs from
+its ledger end backwards to the last entry both logs share, TRUNCATEs the follower's divergent
+tail there, then APPENDs in index order (pipelined, batched: a Java follower accepts batches
+whatever the leader's ``enableBatchPush``) and, when idle, sends COMMIT once a second.  Each
+answer moves the follower's water mark; the QuorumAckChecker takes the median water mark of the
+current term as the committed index and completes the producers waiting on it.
+
+Follower side: the EntryHandler holds APPENDs by index (``writeRequestMap``) and writes them
+strictly in order; COMMIT / COMPARE / TRUNCATE go through one queue and are served first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from habroker.dledger.entry import DLedgerEntry, same_entry, to_json_dict
+from habroker.dledger.member_state import MemberState
+from habroker.dledger.protocol import (
+    Body,
+    DLedgerRequestCode,
+    DLedgerResponseCode,
+    PushType,
+    answer,
+    code_of,
+    push_entries,
+    push_request,
+    term_of,
+)
+from habroker.dledger.rpc_service import DLedgerRpcService
+
+log = logging.getLogger(__name__)
+
+RC = DLedgerResponseCode
+
+
+class DLedgerStore(Protocol):
+    """What the pusher needs of DLedgerMmapFileStore."""
+
+    @property
+    def ledger_begin_index(self) -> int: ...
+    @property
+    def ledger_end_index(self) -> int: ...
+    @property
+    def ledger_end_term(self) -> int: ...
+    @property
+    def committed_index(self) -> int: ...
+    @property
+    def flushed_index(self) -> int: ...
+    def get(self, index: int) -> DLedgerEntry | None: ...
+    def append_as_follower(
+        self, entry: DLedgerEntry, leader_term: int, leader_id: str
+    ) -> DLedgerEntry: ...
+    def truncate(self, entry: DLedgerEntry, leader_term: int, leader_id: str) -> int: ...
+    def update_committed_index(self, term: int, index: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class PusherConfig:
+    max_wait_ack_ms: int = 2500  # DLedgerConfig.maxWaitAckTimeMs
+    max_push_timeout_ms: int = 1000  # maxPushTimeOutMs: resend the first unanswered push
+    max_pending_pushes: int = 1000
+    max_batch_entries: int = 64
+    max_batch_bytes: int = 1 << 20
+    sync_flush: bool = False  # SYNC_FLUSH: a peer acknowledges only what it has flushed
+
+
+def _now_ms() -> float:
+    return time.monotonic() * 1000
+
+
+@dataclass
+class PendingAppend:
+    future: asyncio.Future[Body]
+    deadline: float
+    pos: int
+
+
+class WaterMarks:
+    """peerWaterMarksByTerm: the highest index each peer holds, per term of the leader."""
+
+    def __init__(self, state: MemberState) -> None:
+        self.state = state
+        self.term = -1
+        self.marks: dict[str, int] = {}
+
+    def _check(self, term: int) -> None:
+        if term != self.term:
+            self.term = term
+            self.marks = {peer: -1 for peer in self.state.peers}
+
+    def update(self, term: int, peer: str, index: int) -> bool:
+        if term != self.state.term:
+            return False
+        self._check(term)
+        if self.marks.get(peer, -1) < index:
+            self.marks[peer] = index
+            return True
+        return False
+
+    def get(self, term: int, peer: str) -> int:
+        self._check(term)
+        return self.marks.get(peer, -1)
+
+    def quorum_index(self, term: int) -> int:
+        self._check(term)
+        ranked = sorted(self.marks.values(), reverse=True)
+        return ranked[len(ranked) // 2]
+
+
+class DLedgerEntryPusher:
+    def __init__(
+        self,
+        state: MemberState,
+        store: DLedgerStore,
+        rpc: DLedgerRpcService,
+        config: PusherConfig,
+        on_committed: Callable[[int], None],
+        flush: Callable[[], Any] | None = None,
+    ) -> None:
+        self.state = state
+        self.store = store
+        self.rpc = rpc
+        self.config = config
+        self.on_committed = on_committed
+        self.flush = flush
+        self.water_marks = WaterMarks(state)
+        self.pending: dict[int, PendingAppend] = {}
+        self.pending_term = -1
+        self.dispatchers = {peer: EntryDispatcher(self, peer) for peer in state.others}
+        self.handler = EntryHandler(self)
+        self._ack_wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.last_quorum_index = -1
+
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(d.run(), name=f"dispatcher-{d.peer}")
+            for d in self.dispatchers.values()
+        ]
+        self._tasks.append(asyncio.create_task(self.handler.run(), name="entry-handler"))
+        self._tasks.append(asyncio.create_task(self._quorum_ack_checker(), name="quorum-ack"))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        self.fail_pending(RC.TERM_CHANGED)
+
+    def wake_dispatchers(self) -> None:
+        for dispatcher in self.dispatchers.values():
+            dispatcher.wake.set()
+
+    def wake_ack_checker(self) -> None:
+        self._ack_wake.set()
+
+    # -- leader: producers waiting for a quorum -----------------------------------------------
+    def wait_ack(self, entry: DLedgerEntry) -> asyncio.Future[Body]:
+        """A future completed when ``entry`` is committed (or its wait fails)."""
+        if self.pending_term != entry.term:
+            self.fail_pending(RC.TERM_CHANGED)
+            self.pending_term = entry.term
+        if not self.config.sync_flush:
+            self.water_marks.update(entry.term, self.state.self_id, entry.index)
+        fut: asyncio.Future[Body] = asyncio.get_running_loop().create_future()
+        self.pending[entry.index] = PendingAppend(
+            fut, _now_ms() + self.config.max_wait_ack_ms, entry.pos
+        )
+        self.wake_dispatchers()
+        self.wake_ack_checker()
+        return fut
+
+    def pending_full(self) -> bool:
+        return len(self.pending) > 10000  # DLedgerConfig.maxPendingRequestsNum
+
+    def fail_pending(self, code: DLedgerResponseCode) -> None:
+        for index, item in self.pending.items():
+            if not item.future.done():
+                item.future.set_result(
+                    {
+                        "code": int(code),
+                        "index": index,
+                        "leaderId": self.state.leader_id,
+                        "group": self.state.group,
+                    }
+                )
+        self.pending.clear()
+
+    def _complete_pending(self, upto: int) -> None:
+        done = [i for i in self.pending if i <= upto]
+        for index in sorted(done):
+            item = self.pending.pop(index)
+            if not item.future.done():
+                item.future.set_result(
+                    {
+                        "code": int(RC.SUCCESS),
+                        "index": index,
+                        "pos": item.pos,
+                        "term": self.state.term,
+                        "leaderId": self.state.self_id,
+                        "group": self.state.group,
+                    }
+                )
+
+    def _expire_pending(self) -> None:
+        now = _now_ms()
+        for index in sorted(self.pending):
+            item = self.pending[index]
+            if item.deadline > now:
+                break
+            del self.pending[index]
+            if not item.future.done():
+                item.future.set_result(
+                    {
+                        "code": int(RC.WAIT_QUORUM_ACK_TIMEOUT),
+                        "index": index,
+                        "term": self.state.term,
+                        "group": self.state.group,
+                    }
+                )
+
+    async def _quorum_ack_checker(self) -> None:
+        """QuorumAckChecker: the median water mark of this term is committed."""
+        while True:
+            try:
+                self._ack_wake.clear()
+                st = self.state
+                if st.is_leader:
+                    term = st.term
+                    if self.pending_term != term and self.pending:
+                        self.fail_pending(RC.TERM_CHANGED)
+                    own = (
+                        self.store.flushed_index
+                        if self.config.sync_flush
+                        else (self.store.ledger_end_index)
+                    )
+                    self.water_marks.update(term, st.self_id, own)
+                    quorum = self.water_marks.quorum_index(term)
+                    if quorum > self.store.committed_index:
+                        self.store.update_committed_index(term, quorum)
+                        self.on_committed(self.store.committed_index)
+                    self._complete_pending(self.store.committed_index)
+                    self._expire_pending()
+                    self.last_quorum_index = quorum
+                elif self.pending:
+                    self.fail_pending(RC.NOT_LEADER)
+                try:
+                    async with asyncio.timeout(0.05):
+                        await self._ack_wake.wait()
+                except TimeoutError:
+                    pass
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("dledger %s: quorum ack checker", self.state.self_id)
+                await asyncio.sleep(0.1)
+
+    # -- follower -------------------------------------------------------------------------------
+    async def handle_push(self, request: Body) -> Body:
+        return await self.handler.handle_push(request)
+
+    def follower_committed(self, term: int, commit_index: int) -> None:
+        before = self.store.committed_index
+        self.store.update_committed_index(term, commit_index)
+        if self.store.committed_index != before:
+            self.on_committed(self.store.committed_index)
+
+
+class EntryDispatcher:
+    """Pushes the leader's log to one follower (the type machine of seed 001)."""
+
+    def __init__(self, pusher: DLedgerEntryPusher, peer: str) -> None:
+        self.pusher = pusher
+        self.peer = peer
+        self.wake = asyncio.Event()
+        self.type = PushType.COMPARE
+        self.term = -1
+        self.leader_id: str | None = None
+        self.write_index = -1
+        self.compare_index = -1
+        self.inflight: dict[int, tuple[float, int]] = {}  # first index → (sent ms, count)
+        self.last_commit_push = 0.0
+        self.pushes = 0
+
+    @property
+    def water_mark(self) -> int:
+        return self.pusher.water_marks.get(self.term, self.peer)
+
+    def _fresh(self) -> bool:
+        st = self.pusher.state
+        if not st.is_leader:
+            return False
+        if self.term != st.term or self.leader_id != st.leader_id:
+            self.term = st.term
+            self.leader_id = st.self_id
+            self._change(-1, PushType.COMPARE)
+        return True
+
+    def _change(self, index: int, target: PushType) -> None:
+        if target == PushType.APPEND:
+            self.compare_index = -1
+            self.pusher.water_marks.update(self.term, self.peer, index)
+            self.pusher.wake_ack_checker()
+            self.write_index = index + 1
+            self.inflight.clear()
+        elif target == PushType.COMPARE:
+            self.compare_index = -1
+            self.inflight.clear()
+        else:
+            self.compare_index = -1
+        self.type = target
+
+    def _request(self, push_type: PushType, entry: DLedgerEntry | None) -> Body:
+        st = self.pusher.state
+        return push_request(
+            st.group,
+            local_id=st.self_id,
+            remote_id=self.peer,
+            term=self.term,
+            push_type=push_type,
+            commit_index=self.pusher.store.committed_index,
+            entry=entry,
+        )
+
+    async def run(self) -> None:
+        while True:
+            try:
+                if self._fresh():
+                    if self.type == PushType.APPEND:
+                        self._append()
+                    else:
+                        await self._compare()
+                self.wake.clear()
+                try:
+                    async with asyncio.timeout(0.05 if self.type == PushType.APPEND else 0.2):
+                        await self.wake.wait()
+                except TimeoutError:
+                    pass
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning(
+                    "dledger %s → %s: push failed (%s); comparing again",
+                    self.pusher.state.self_id,
+                    self.peer,
+                    exc,
+                )
+                self._change(-1, PushType.COMPARE)
+                await asyncio.sleep(0.5)
+
+    # -- APPEND ---------------------------------------------------------------------------------
+    def _append(self) -> None:
+        store = self.pusher.store
+        cfg = self.pusher.config
+        # the first unanswered push timed out: send from the water mark again
+        first = self.water_mark + 1
+        sent = self.inflight.get(first)
+        if sent is not None and _now_ms() - sent[0] > cfg.max_push_timeout_ms:
+            self.inflight.clear()
+            self.write_index = first
+        while self.write_index <= store.ledger_end_index:
+            if len(self.inflight) >= cfg.max_pending_pushes:
+                return
+            batch: list[DLedgerEntry] = []
+            size = 0
+            while (
+                self.write_index + len(batch) <= store.ledger_end_index
+                and len(batch) < cfg.max_batch_entries
+                and size < cfg.max_batch_bytes
+            ):
+                entry = store.get(self.write_index + len(batch))
+                if entry is None:
+                    if self.write_index + len(batch) < store.ledger_begin_index:
+                        self._change(-1, PushType.COMPARE)
+                        return
+                    break
+                batch.append(entry)
+                size += entry.size
+            if not batch:
+                return
+            self._send_append(batch)
+            self.write_index += len(batch)
+        if _now_ms() - self.last_commit_push > 1000:
+            self.last_commit_push = _now_ms()
+            self._spawn(self._request(PushType.COMMIT, None), None)
+
+    def _send_append(self, batch: list[DLedgerEntry]) -> None:
+        request = self._request(PushType.APPEND, batch[0] if len(batch) == 1 else None)
+        if len(batch) > 1:
+            request["batchEntry"] = [to_json_dict(e) for e in batch]
+        self.inflight[batch[0].index] = (_now_ms(), len(batch))
+        self.last_commit_push = _now_ms()
+        self.pushes += 1
+        self._spawn(request, (batch[0].index, len(batch)))
+
+    def _spawn(self, request: Body, span: tuple[int, int] | None) -> None:
+        term = self.term
+        task = asyncio.ensure_future(
+            self.pusher.rpc.call(self.peer, DLedgerRequestCode.PUSH, request)
+        )
+        task.add_done_callback(lambda t: self._answered(t, term, span))
+
+    def _answered(
+        self, task: asyncio.Future[Body], term: int, span: tuple[int, int] | None
+    ) -> None:
+        if task.cancelled() or span is None:
+            return
+        reply = task.result()
+        if term != self.term or self.type != PushType.APPEND:
+            return
+        code = code_of(reply)
+        first, count = span
+        if code == RC.SUCCESS:
+            self.inflight.pop(first, None)
+            if self.pusher.water_marks.update(term, self.peer, first + count - 1):
+                self.pusher.wake_ack_checker()
+            self.wake.set()
+        elif code == RC.INCONSISTENT_STATE:
+            log.info(
+                "dledger %s → %s: APPEND %d refused as inconsistent; comparing",
+                self.pusher.state.self_id,
+                self.peer,
+                first,
+            )
+            self._change(-1, PushType.COMPARE)
+            self.wake.set()
+
+    # -- COMPARE / TRUNCATE ---------------------------------------------------------------------
+    async def _compare(self) -> None:
+        store = self.pusher.store
+        rpc = self.pusher.rpc
+        while self._fresh() and self.type in (PushType.COMPARE, PushType.TRUNCATE):
+            if self.compare_index == -1 and store.ledger_end_index == -1:
+                # nothing to compare: an empty leader appends from index 0
+                self._change(-1, PushType.APPEND)
+                return
+            if self.compare_index == -1 or not (
+                store.ledger_begin_index <= self.compare_index <= store.ledger_end_index
+            ):
+                self.compare_index = store.ledger_end_index
+            entry = store.get(self.compare_index)
+            if entry is None:
+                raise RuntimeError(f"compare index {self.compare_index} has no entry")
+            term = self.term
+            reply = await rpc.call(
+                self.peer, DLedgerRequestCode.PUSH, self._request(PushType.COMPARE, entry)
+            )
+            if term != self.term or not self.pusher.state.is_leader:
+                return
+            code = code_of(reply)
+            if code not in (RC.SUCCESS, RC.INCONSISTENT_STATE):
+                if code != RC.NETWORK_ERROR:
+                    log.info(
+                        "dledger %s → %s: COMPARE %d answered %s",
+                        self.pusher.state.self_id,
+                        self.peer,
+                        self.compare_index,
+                        RC.name_of(code),
+                    )
+                return  # the follower is away or not following yet: try again later
+            begin = int(reply.get("beginIndex", -1))
+            end = int(reply.get("endIndex", -1))
+            truncate_index = -1
+            if code == RC.SUCCESS:
+                if self.compare_index == end:
+                    self._change(self.compare_index, PushType.APPEND)
+                    log.info(
+                        "dledger %s → %s: logs match at %d; appending",
+                        self.pusher.state.self_id,
+                        self.peer,
+                        self.compare_index,
+                    )
+                    return
+                truncate_index = self.compare_index
+            elif (
+                end < store.ledger_begin_index
+                or begin > store.ledger_end_index
+                or self.compare_index < begin
+            ):
+                truncate_index = store.ledger_begin_index
+            elif self.compare_index > end:
+                self.compare_index = end
+            else:
+                self.compare_index -= 1
+            if self.compare_index < store.ledger_begin_index:
+                truncate_index = store.ledger_begin_index
+            if truncate_index != -1:
+                await self._truncate(truncate_index)
+                return
+
+    async def _truncate(self, index: int) -> None:
+        self._change(index, PushType.TRUNCATE)
+        entry = self.pusher.store.get(index)
+        if entry is None:
+            raise RuntimeError(f"truncate index {index} has no entry")
+        reply = await self.pusher.rpc.call(
+            self.peer, DLedgerRequestCode.PUSH, self._request(PushType.TRUNCATE, entry)
+        )
+        if code_of(reply) != RC.SUCCESS:
+            raise RuntimeError(f"TRUNCATE {index} answered {RC.name_of(code_of(reply))}")
+        log.info(
+            "dledger %s → %s: follower truncated to %d; appending",
+            self.pusher.state.self_id,
+            self.peer,
+            index,
+        )
+        self._change(index, PushType.APPEND)
+
+
+@dataclass
+class _Waiting:
+    request: Body
+    future: asyncio.Future[Body]
+    since: float = field(default_factory=_now_ms)
+
+
+class EntryHandler:
+    """The follower's side of the pushes."""
+
+    def __init__(self, pusher: DLedgerEntryPusher) -> None:
+        self.pusher = pusher
+        self.write_requests: dict[int, _Waiting] = {}
+        self.control: deque[_Waiting] = deque()
+        self.wake = asyncio.Event()
+
+    def _response(self, request: Body, code: int) -> Body:
+        store = self.pusher.store
+        out = answer(request, code)
+        out["leaderId"] = request.get("leaderId")
+        if request.get("type") != PushType.COMMIT:
+            entries = push_entries(request)
+            if entries:
+                out["index"] = entries[0].index
+                out["count"] = len(entries)
+        out["beginIndex"] = store.ledger_begin_index
+        out["endIndex"] = store.ledger_end_index
+        return out
+
+    async def handle_push(self, request: Body) -> Body:
+        st = self.pusher.state
+        if request.get("remoteId") != st.self_id:
+            return self._response(request, RC.UNKNOWN_MEMBER)
+        if request.get("group") != st.group:
+            return self._response(request, RC.UNKNOWN_GROUP)
+        fut: asyncio.Future[Body] = asyncio.get_running_loop().create_future()
+        waiting = _Waiting(request, fut)
+        kind = request.get("type")
+        if kind == PushType.APPEND:
+            entries = push_entries(request)
+            if not entries:
+                return self._response(request, RC.UNEXPECTED_ARGUMENT)
+            if entries[0].index in self.write_requests:
+                return self._response(request, RC.REPEATED_PUSH)
+            self.write_requests[entries[0].index] = waiting
+        elif kind == PushType.COMMIT:
+            self.control.append(waiting)
+        elif kind in (PushType.COMPARE, PushType.TRUNCATE):
+            if not request.get("entry"):
+                return self._response(request, RC.UNEXPECTED_ARGUMENT)
+            self._drop_appends(RC.INCONSISTENT_STATE)
+            self.control.append(waiting)
+        else:
+            return self._response(request, RC.UNEXPECTED_ARGUMENT)
+        self.wake.set()
+        try:
+            async with asyncio.timeout(2.5):  # below the remoting timeout, as DLedger's 1 s
+                return await fut
+        except TimeoutError:
+            if kind == PushType.APPEND:
+                index = push_entries(request)[0].index
+                if self.write_requests.get(index) is waiting:
+                    del self.write_requests[index]
+            return self._response(request, RC.TIMEOUT)
+
+    def _drop_appends(self, code: int) -> None:
+        for waiting in self.write_requests.values():
+            if not waiting.future.done():
+                waiting.future.set_result(self._response(waiting.request, code))
+        self.write_requests.clear()
+
+    def _check(self, request: Body) -> None:
+        """appendAsFollower's preconditions: this term, this leader."""
+        st = self.pusher.state
+        if not st.is_follower:
+            raise _Refused(RC.NOT_FOLLOWER)
+        if term_of(request) != st.term:
+            raise _Refused(RC.INCONSISTENT_TERM)
+        if request.get("leaderId") != st.leader_id:
+            raise _Refused(RC.INCONSISTENT_LEADER)
+
+    async def run(self) -> None:
+        while True:
+            try:
+                progressed = await self._work()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("dledger %s: entry handler", self.pusher.state.self_id)
+                progressed = False
+                await asyncio.sleep(0.1)
+            if not progressed:
+                self.wake.clear()
+                try:
+                    async with asyncio.timeout(0.05):
+                        await self.wake.wait()
+                except TimeoutError:
+                    pass
+
+    async def _work(self) -> bool:
+        st = self.pusher.state
+        if not st.is_follower:
+            while self.control:
+                waiting = self.control.popleft()
+                if not waiting.future.done():
+                    waiting.future.set_result(self._response(waiting.request, RC.NOT_FOLLOWER))
+            return False
+        if self.control:
+            waiting = self.control.popleft()
+            await self._control(waiting)
+            return True
+        store = self.pusher.store
+        appended: list[_Waiting] = []
+        while True:
+            waiting_or_none = self.write_requests.pop(store.ledger_end_index + 1, None)
+            if waiting_or_none is None:
+                break
+            if not self._append(waiting_or_none):
+                break
+            appended.append(waiting_or_none)
+            if len(appended) >= 256:
+                break
+        if not appended:
+            self._fast_forward()
+            return False
+        if self.pusher.config.sync_flush and self.pusher.flush is not None:
+            await self.pusher.flush()
+        last_commit = -1
+        for waiting in appended:
+            if not waiting.future.done():
+                waiting.future.set_result(self._response(waiting.request, RC.SUCCESS))
+            last_commit = max(last_commit, int(waiting.request.get("commitIndex", -1)))
+        self.pusher.follower_committed(st.term, last_commit)
+        return True
+
+    def _append(self, waiting: _Waiting) -> bool:
+        request = waiting.request
+        try:
+            self._check(request)
+            for entry in push_entries(request):
+                self.pusher.store.append_as_follower(
+                    entry, term_of(request), str(request.get("leaderId"))
+                )
+            return True
+        except _Refused as exc:
+            waiting.future.set_result(self._response(request, exc.code))
+        except Exception as exc:
+            log.warning("dledger %s: APPEND refused: %s", self.pusher.state.self_id, exc)
+            waiting.future.set_result(self._response(request, RC.INCONSISTENT_STATE))
+        return False
+
+    def _fast_forward(self) -> None:
+        """checkAbnormalFuture: appends the log already has are answered; a stuck gap is
+        reported as INCONSISTENT_STATE so the leader compares again."""
+        store = self.pusher.store
+        end = store.ledger_end_index
+        now = _now_ms()
+        for first, waiting in sorted(self.write_requests.items()):
+            entries = push_entries(waiting.request)
+            last = entries[-1].index
+            if last <= end:
+                ok = all(same_entry(e, store.get(e.index)) for e in entries)
+                waiting.future.set_result(
+                    self._response(waiting.request, RC.SUCCESS if ok else RC.INCONSISTENT_STATE)
+                )
+                del self.write_requests[first]
+            elif now - waiting.since > 1000:
+                if not waiting.future.done():
+                    waiting.future.set_result(
+                        self._response(waiting.request, RC.INCONSISTENT_STATE)
+                    )
+                del self.write_requests[first]
+                return
+
+    async def _control(self, waiting: _Waiting) -> None:
+        request = waiting.request
+        store = self.pusher.store
+        kind = request.get("type")
+        code: int = RC.SUCCESS
+        try:
+            if kind == PushType.COMMIT:
+                self._check(request)
+                self.pusher.follower_committed(
+                    term_of(request), int(request.get("commitIndex", -1))
+                )
+            elif kind == PushType.COMPARE:
+                entry = push_entries(request)[0]
+                if not same_entry(entry, store.get(entry.index)):
+                    code = RC.INCONSISTENT_STATE
+            else:  # TRUNCATE
+                self._check(request)
+                entry = push_entries(request)[0]
+                index = store.truncate(entry, term_of(request), str(request.get("leaderId")))
+                if index != entry.index:
+                    code = RC.INCONSISTENT_STATE
+                else:
+                    log.info(
+                        "dledger %s: truncated to %d at the leader's word",
+                        self.pusher.state.self_id,
+                        index,
+                    )
+                    if self.pusher.flush is not None:
+                        await self.pusher.flush()
+                    self.pusher.follower_committed(
+                        term_of(request), int(request.get("commitIndex", -1))
+                    )
+        except _Refused as exc:
+            code = exc.code
+        except Exception as exc:
+            log.warning("dledger %s: %s refused: %s", self.pusher.state.self_id, kind, exc)
+            code = RC.INCONSISTENT_STATE
+        if not waiting.future.done():
+            waiting.future.set_result(self._response(request, code))
+
+
+class _Refused(Exception):
+    def __init__(self, code: int) -> None:
+        super().__init__(RC.name_of(code))
+        self.code = code

@@ -1,0 +1,247 @@
+"""DLedgerMessageStore: the MessageStore of a DLedger peer.
+
+Consume queues, pulls, lookups and retention of queues are the classic store's; what changes
+is where records go and when they become visible.  A put on the leader appends one DLedger
+entry per message (as RocketMQ 4.9's DLedgerCommitLog does) and returns the futures the
+broker awaits for the quorum; consume-queue units are written when entries are committed, on
+every peer alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from habroker.config import BrokerConfig
+from habroker.dledger.commit_log import DLedgerCommitLog, DLedgerReput, record_offset
+from habroker.dledger.dledger_server import DLedgerServer, DLedgerSettings
+from habroker.dledger.entry import BODY_OFFSET, DLedgerEntry
+from habroker.dledger.entry_pusher import PusherConfig
+from habroker.dledger.leader_elector import ElectionTimings
+from habroker.dledger.protocol import Body
+from habroker.message import POS_PHYSICAL_OFFSET
+from habroker.store.checkpoint import StoreCheckpoint
+from habroker.store.commit_log import encode_records
+from habroker.store.errors import StoreError
+from habroker.store.message_store import MessageStore
+from habroker.store.values import BatchEntry, CleanResult, PutResult, PutStatus
+
+log = logging.getLogger(__name__)
+
+_I64 = struct.Struct(">q")
+
+
+@dataclass
+class DLedgerPut:
+    """A put on the leader: the result to answer with and the quorum acks to wait for."""
+
+    result: PutResult
+    acks: list[asyncio.Future[Body]]
+
+
+def settings_from(config: BrokerConfig) -> DLedgerSettings:
+    from habroker.config import FlushDiskType
+
+    return DLedgerSettings(
+        group=config.dledger_group,
+        self_id=config.dLegerSelfId,
+        peers=config.dLegerPeers,
+        store_root=config.store_root,
+        bind_host=config.bindAddress,
+        data_file_size=config.mappedFileSizeCommitLog,
+        timings=ElectionTimings(
+            heartbeat_interval_ms=config.dLegerHeartBeatIntervalMs,
+            max_heartbeat_leak=config.dLegerMaxHeartBeatLeak,
+            min_vote_interval_ms=config.dLegerMinVoteIntervalMs,
+            max_vote_interval_ms=config.dLegerMaxVoteIntervalMs,
+        ),
+        pusher=PusherConfig(
+            max_wait_ack_ms=config.dLegerMaxWaitAckTimeMs,
+            sync_flush=config.flushDiskType is FlushDiskType.SYNC_FLUSH,
+        ),
+        preferred_leader_ids=(config.preferredLeaderId,) if config.preferredLeaderId else (),
+        flush_interval_ms=config.flushIntervalCommitLog,
+    )
+
+
+def _patch_physical_offset(entry: DLedgerEntry, encoded: bytearray) -> None:
+    """RocketMQ's append hook: the record's PHYSICALOFFSET is where its entry puts it."""
+    _I64.pack_into(encoded, BODY_OFFSET + POS_PHYSICAL_OFFSET, record_offset(entry.pos))
+
+
+class DLedgerMessageStore(MessageStore):
+    def __init__(self, config: BrokerConfig) -> None:
+        super().__init__(config)
+        self.dledger = DLedgerServer(settings_from(config), self._committed)
+        self.commit_log = DLedgerCommitLog(self.dledger.store, config.mappedFileSizeCommitLog)
+        self.reput = DLedgerReput(self.commit_log, self._dispatch, config.delay_levels_ms)
+        self.dreput = self.reput
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self._running:
+            return
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._take_lock()
+        try:
+            self.checkpoint = StoreCheckpoint(self.root / "checkpoint")
+            abort = self.root / "abort"
+            self.last_exit_ok = not abort.exists()
+            await self.dledger.start()
+            self._load_consume_queues()
+            self._recover_queues()
+            abort.write_text(str(os.getpid()))
+        except BaseException:
+            await self.dledger.stop()
+            self._close_files()
+            self._release_lock()
+            raise
+        self._running = True
+        self._start_services()
+
+    def _start_services(self) -> None:
+        from habroker.store.flush import FlushConsumeQueueService
+
+        service = FlushConsumeQueueService(
+            lambda: self.config.flushIntervalConsumeQueue, self._flush_consume_queues
+        )
+        self._services.append(service)
+        service.start()
+
+    async def shutdown(self) -> None:
+        if not self._running:
+            return
+        await super().shutdown()
+        await self.dledger.stop()
+
+    def _recover_queues(self) -> None:
+        """Queues cut to the entries the log still has, then dispatch what they miss."""
+        end = self.dledger.store.data_end_pos
+        for cq in self.consume_queues.values():
+            cq.recover()
+            cq.truncate_dirty(end)
+        covered = max((cq.max_physic_offset for cq in self.consume_queues.values()), default=-1)
+        self.dreput.start_after(covered)
+        dispatched = self.dreput.do_reput()
+        if dispatched:
+            log.info("recovery dispatched %d committed entries", dispatched)
+        self._queue_offsets.clear()
+
+    # -- commit ------------------------------------------------------------------------------------
+    def _committed(self, index: int) -> None:
+        if self.dreput.do_reput():
+            self._notify()
+
+    @property
+    def dispatched_all(self) -> bool:
+        """Every entry the log holds is committed and indexed: a new leader may take writes
+        (RocketMQ's DLedgerRoleChangeHandler waits for the same)."""
+        store = self.dledger.store
+        return store.committed_index == store.ledger_end_index and self.dreput.caught_up
+
+    def reset_queue_offsets(self) -> None:
+        """A new leader assigns queue offsets from its consume queues, not a predecessor's."""
+        self._queue_offsets.clear()
+
+    # -- writes ------------------------------------------------------------------------------------
+    def put_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        entries: Sequence[BatchEntry],
+        *,
+        born_host: tuple[str, int],
+        born_timestamp: int | None = None,
+        sys_flag: int = 0,
+        reconsume_times: int = 0,
+    ) -> PutResult:
+        return self.put_dledger(
+            topic,
+            queue_id,
+            entries,
+            born_host=born_host,
+            born_timestamp=born_timestamp,
+            sys_flag=sys_flag,
+            reconsume_times=reconsume_times,
+        ).result
+
+    def put_dledger(
+        self,
+        topic: str,
+        queue_id: int,
+        entries: Sequence[BatchEntry],
+        *,
+        born_host: tuple[str, int],
+        born_timestamp: int | None = None,
+        sys_flag: int = 0,
+        reconsume_times: int = 0,
+    ) -> DLedgerPut:
+        """One entry per message; the acks complete when a quorum holds each entry."""
+        plan = self.plan_put(
+            topic,
+            queue_id,
+            entries,
+            born_host=born_host,
+            born_timestamp=born_timestamp,
+            sys_flag=sys_flag,
+            reconsume_times=reconsume_times,
+        )
+        offsets: list[int] = []
+        acks: list[asyncio.Future[Body]] = []
+        queue_offset = plan.queue_offset
+        for entry in entries:
+            parts, _ = encode_records(
+                plan.topic_tail,
+                queue_id,
+                [entry],
+                queue_offset,
+                plan.shared,
+                plan.record_base,
+                0,
+            )
+            try:
+                appended, ack = self.dledger.append(b"".join(parts), _patch_physical_offset)
+            except Exception:
+                if not offsets:
+                    raise
+                # the rest of the batch is refused; what is appended keeps its queue offsets
+                log.warning("a batch was cut after %d of %d messages", len(offsets), len(entries))
+                break
+            offsets.append(record_offset(appended.pos))
+            acks.append(ack)
+            queue_offset += 1
+        self._queue_offsets[(topic, queue_id)] = queue_offset
+        first = offsets[0]
+        result = PutResult(
+            PutStatus.PUT_OK,
+            first,
+            plan.total,
+            plan.queue_offset,
+            len(offsets),
+            (plan.store_block + _I64.pack(first)).hex().upper(),
+            plan.store_ts,
+            offsets if len(entries) > 1 else None,
+        )
+        return DLedgerPut(result, acks)
+
+    # -- what classic HA and retention would do ------------------------------------------------
+    async def _flush_commit_log(self) -> None:
+        await self.dledger.flush()
+
+    @property
+    def commit_log_fsync_count(self) -> int:
+        return 0
+
+    async def clean_expired(self, force: bool = False) -> CleanResult:
+        # retention of DLedger data files is not implemented yet: nothing is deleted
+        return CleanResult(0, self.commit_log.min_offset)
+
+    def truncate_to(self, offset: int) -> int:
+        raise StoreError("a DLedger log is truncated by its leader, never by hand")
+
+    def append_to_commit_log(self, offset: int, data: bytes | memoryview) -> bool:
+        return False

@@ -1,0 +1,471 @@
+"""DLedgerMmapFileStore: the replicated log's data and index files, laid out as DLedger's.
+
+``<storePathRootDir>/dledger-<selfId>/`` holds ``data/`` (entries back to back in files of
+``mappedFileSizeCommitLog`` bytes named by their start offset; a file whose space cannot take
+the next entry plus 8 bytes ends with a blank: int -1 and int remaining bytes), ``index/``
+(one 32-byte unit per entry at ``index * 32``: magic, pos, size, index, term) and
+``checkpoint`` (Java properties ``committedIndex`` and ``endIndex``).  ../shared/spec
+ROCKETMQ-FORMAT.md has the field tables.
+
+Recovery walks the entries from (at most) the third-last data file, checks each against its
+index unit (rewriting index units from the first disagreement, which is how an entry written
+before a crash but not yet indexed is kept), and cuts the log at the first entry that does
+not hold together: a zero size, a wrong position, a gap in indexes or a term going backwards.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from habroker.dledger.entry import (
+    BODY_OFFSET,
+    CURRENT_MAGIC,
+    HEADER_SIZE,
+    INDEX_UNIT_SIZE,
+    MAGIC_1,
+    DLedgerEntry,
+    decode,
+    decode_header,
+    decode_index,
+    encode_index,
+    same_entry,
+)
+from habroker.dledger.protocol import DLedgerResponseCode
+from habroker.store.errors import StoreError
+from habroker.store.mapped_file import MappedFile
+from habroker.store.mapped_file_queue import MappedFileQueue
+
+log = logging.getLogger(__name__)
+
+BLANK_MAGIC_CODE = -1
+MIN_BLANK_LEN = 8
+INDEX_FILE_SIZE = INDEX_UNIT_SIZE * 5 * 1024 * 1024
+CHECKPOINT = "checkpoint"
+END_INDEX_KEY = "endIndex"
+COMMITTED_INDEX_KEY = "committedIndex"
+
+AppendHook = Callable[[DLedgerEntry, bytearray], None]
+
+
+class DLedgerStoreError(StoreError):
+    """A refusal with the DLedger response code a peer is told."""
+
+    def __init__(self, code: DLedgerResponseCode, message: str) -> None:
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+
+
+class DLedgerMmapFileStore:
+    def __init__(
+        self,
+        base_dir: Path,
+        self_id: str,
+        *,
+        data_file_size: int,
+        index_file_size: int = INDEX_FILE_SIZE,
+    ) -> None:
+        if index_file_size % INDEX_UNIT_SIZE:
+            raise ValueError(f"index file size {index_file_size} is not a multiple of 32")
+        self.root = Path(base_dir) / f"dledger-{self_id}"
+        self.data = MappedFileQueue(self.root / "data", data_file_size)
+        self.index = MappedFileQueue(self.root / "index", index_file_size)
+        self.ledger_begin_index = -1
+        self.ledger_end_index = -1
+        self.ledger_end_term = -1
+        self.committed_index = -1
+        self._committed_pos = -1
+        self.flushed_index = -1
+        #: the member's current term: commits announced for an older term are ignored
+        self.current_term: Callable[[], int] = lambda: -1
+
+    # -- facts -----------------------------------------------------------------------------------
+    @property
+    def data_dir(self) -> Path:
+        return self.data.directory
+
+    @property
+    def committed_pos(self) -> int:
+        """End of the last committed entry (the first entry's position when none is)."""
+        if self._committed_pos >= 0:
+            return self._committed_pos
+        return self.data.min_offset
+
+    @property
+    def data_end_pos(self) -> int:
+        return self.data.max_offset
+
+    @property
+    def flushed_pos(self) -> int:
+        return self.data.flushed_where
+
+    # -- recovery --------------------------------------------------------------------------------
+    def recover(self) -> None:
+        self.data.load()
+        self.index.load()
+        files = self.data.files
+        if not files:
+            self.index.truncate_dirty(0)
+            self.index.destroy_all()
+            self._load_checkpoint()
+            return
+        start = max(0, len(files) - 3)
+        while start > 0 and not self._first_entry_checks(files[start]):
+            start -= 1
+        process, last_index, last_term = self._walk(start)
+        if files[-1].file_from_offset - process > self.data.file_size:
+            raise StoreError(
+                f"{self.data.directory}: recovery stopped at {process}, more than a file before "
+                f"the last file {files[-1].path.name}; check the files before truncating them"
+            )
+        self.data.truncate_dirty(process)
+        self.data.flushed_where = process
+        self.index.truncate_dirty((last_index + 1) * INDEX_UNIT_SIZE)
+        self.index.flushed_where = self.index.max_offset
+        self.ledger_end_index = last_index
+        self.ledger_end_term = last_term
+        self.flushed_index = last_index
+        self._revise_begin_index()
+        if last_index >= 0 and self.get(last_index) is None:
+            raise StoreError(f"{self.root}: entry {last_index} unreadable after recovery")
+        self._load_checkpoint()
+
+    def _first_entry_checks(self, mf: MappedFile) -> bool:
+        try:
+            magic, size, index, term, pos, _c, _cc, _bc, body_len = decode_header(mf.view)
+            unit = self._index_unit(index)
+            return (
+                magic == MAGIC_1
+                and size > HEADER_SIZE
+                and pos == mf.file_from_offset
+                and body_len + BODY_OFFSET == size
+                and unit is not None
+                and unit == (magic, pos, size, index, term)
+            )
+        except Exception:
+            return False
+
+    def _walk(self, start: int) -> tuple[int, int, int]:
+        """Check entries from the file at ``start``; (end offset, last index, last term)."""
+        files = self.data.files
+        last_index = last_term = -1
+        rewrite_index = False
+        i = start
+        mf = files[i]
+        rel = 0
+        process = mf.file_from_offset
+        while True:
+            if rel + 8 > mf.file_size:
+                break
+            magic = int.from_bytes(mf.view[rel : rel + 4], "big", signed=True)
+            if magic == BLANK_MAGIC_CODE:
+                process = mf.file_end_offset
+                i += 1
+                if i >= len(files):
+                    break
+                mf, rel, process = files[i], 0, files[i].file_from_offset
+                continue
+            if rel + BODY_OFFSET > mf.file_size:
+                break
+            _m, size, index, term, pos, _c, _cc, _bc, body_len = decode_header(mf.view, rel)
+            absolute = mf.file_from_offset + rel
+            if size == 0:
+                break
+            problem = None
+            if not MAGIC_1 <= magic <= CURRENT_MAGIC:
+                problem = f"magic {magic}"
+            elif size <= HEADER_SIZE or body_len + BODY_OFFSET != size or rel + size > mf.file_size:
+                problem = f"size {size} (body {body_len})"
+            elif pos != absolute:
+                problem = f"pos {pos}"
+            elif last_index != -1 and index != last_index + 1:
+                problem = f"index {index} after {last_index}"
+            elif term < last_term:
+                problem = f"term {term} after {last_term}"
+            if problem is not None:
+                log.warning(
+                    "%s: the log ends at %d: entry there has %s",
+                    self.data.directory,
+                    absolute,
+                    problem,
+                )
+                break
+            unit = (magic, absolute, size, index, term)
+            if not rewrite_index and self._index_unit(index) != unit:
+                log.warning("%s: index units rebuilt from entry %d", self.index.directory, index)
+                self._cut_index(index * INDEX_UNIT_SIZE)
+                rewrite_index = True
+            if rewrite_index:
+                self._append_index(*unit)
+            last_index, last_term = index, term
+            rel += size
+            process = absolute + size
+        return process, last_index, last_term
+
+    def _cut_index(self, offset: int) -> None:
+        self.index.truncate_dirty(offset)
+        if self.index.max_offset != offset:
+            self.index.destroy_all()
+            self._rebuild_at(self.index, offset)
+
+    @staticmethod
+    def _rebuild_at(queue: MappedFileQueue, offset: int) -> None:
+        mf = queue.create_file(offset - offset % queue.file_size)
+        mf.wrote_position = mf.flushed_position = offset % queue.file_size
+        queue.flushed_where = offset
+
+    def _revise_begin_index(self) -> None:
+        first = self.data.files[0] if self.data.files else None
+        if first is None or self.ledger_end_index < 0:
+            self.ledger_begin_index = -1
+            return
+        self.ledger_begin_index = decode_header(first.view)[2]
+
+    def _load_checkpoint(self) -> None:
+        path = self.root / CHECKPOINT
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            return
+        values = dict(
+            line.split("=", 1) for line in text.splitlines() if "=" in line and line[0] != "#"
+        )
+        committed = values.get(COMMITTED_INDEX_KEY, "").strip()
+        if committed:
+            self.update_committed_index(self.current_term(), int(committed))
+
+    # -- index units -----------------------------------------------------------------------------
+    def _index_unit(self, index: int) -> tuple[int, int, int, int, int] | None:
+        offset = index * INDEX_UNIT_SIZE
+        mf = self.index.find(offset)
+        if mf is None or index < 0:
+            return None
+        rel = offset - mf.file_from_offset
+        if rel + INDEX_UNIT_SIZE > mf.wrote_position:
+            return None
+        return decode_index(mf.view, rel)
+
+    def _append_index(self, magic: int, pos: int, size: int, index: int, term: int) -> None:
+        expected = index * INDEX_UNIT_SIZE
+        if self.index.max_offset != expected:
+            raise DLedgerStoreError(
+                DLedgerResponseCode.DISK_ERROR,
+                f"index unit of entry {index} would land at {self.index.max_offset}, not {expected}",
+            )
+        mf = self.index.last_writable(expected)
+        if not mf.append(encode_index(pos, size, magic, index, term)):
+            raise DLedgerStoreError(
+                DLedgerResponseCode.DISK_ERROR, f"index unit {index} not written"
+            )
+
+    # -- data ------------------------------------------------------------------------------------
+    def _pre_append(self, size: int) -> int:
+        """Where an entry of ``size`` bytes goes, closing the last file with a blank when the
+        entry plus 8 bytes does not fit (MmapFileList.preAppend)."""
+        file_size = self.data.file_size
+        if size + MIN_BLANK_LEN > file_size:
+            raise DLedgerStoreError(
+                DLedgerResponseCode.DISK_ERROR,
+                f"an entry of {size} bytes does not fit a data file of {file_size} bytes",
+            )
+        mf = self.data.last_writable(0)
+        remaining = file_size - mf.wrote_position
+        if size + MIN_BLANK_LEN > remaining:
+            blank = BLANK_MAGIC_CODE.to_bytes(4, "big", signed=True) + remaining.to_bytes(4, "big")
+            mf.append(blank)
+            mf.wrote_position = file_size
+            mf = self.data.last_writable(0)
+        return mf.wrote_offset
+
+    def _write_data(self, pos: int, data: bytearray) -> None:
+        mf = self.data.last
+        if mf is None or mf.wrote_offset != pos or not mf.append(data):
+            raise DLedgerStoreError(
+                DLedgerResponseCode.DISK_ERROR, f"entry data not written at {pos}"
+            )
+
+    def append_as_leader(
+        self, body: bytes, term: int, hook: AppendHook | None = None
+    ) -> DLedgerEntry:
+        index = self.ledger_end_index + 1
+        entry = DLedgerEntry(index, term, body)
+        entry.pos = self._pre_append(entry.size)
+        data = entry.encode()
+        if hook is not None:
+            hook(entry, data)
+            entry.body = bytes(data[BODY_OFFSET:])
+        self._write_data(entry.pos, data)
+        self._append_index(entry.magic, entry.pos, entry.size, index, term)
+        self._appended(entry)
+        return entry
+
+    def append_as_follower(
+        self, entry: DLedgerEntry, leader_term: int, leader_id: str
+    ) -> DLedgerEntry:
+        if entry.index != self.ledger_end_index + 1:
+            raise DLedgerStoreError(
+                DLedgerResponseCode.INCONSISTENT_INDEX,
+                f"entry {entry.index} pushed by {leader_id}, the log ends at {self.ledger_end_index}",
+            )
+        pos = self._pre_append(entry.size)
+        if pos != entry.pos:
+            raise DLedgerStoreError(
+                DLedgerResponseCode.DISK_ERROR,
+                f"entry {entry.index} belongs at {entry.pos} but would land at {pos}; "
+                "do the peers share mappedFileSizeCommitLog?",
+            )
+        self._write_data(pos, entry.encode())
+        self._append_index(entry.magic, pos, entry.size, entry.index, entry.term)
+        self._appended(entry)
+        return entry
+
+    def _appended(self, entry: DLedgerEntry) -> None:
+        self.ledger_end_index = entry.index
+        self.ledger_end_term = entry.term
+        if self.ledger_begin_index == -1:
+            self.ledger_begin_index = entry.index
+
+    def truncate(self, entry: DLedgerEntry, leader_term: int, leader_id: str) -> int:
+        """Make ``entry`` the last entry: cut everything after it (and it, if ours differs),
+        then write the leader's copy.  Returns the new end index."""
+        try:
+            mine = self.get(entry.index)
+        except Exception:
+            mine = None
+        existed = same_entry(entry, mine)
+        cut = entry.pos + entry.size if existed else entry.pos
+        if cut > self.data.max_offset:
+            raise DLedgerStoreError(
+                DLedgerResponseCode.INCONSISTENT_STATE,
+                f"truncate at {cut} from {leader_id}: beyond this log's end {self.data.max_offset}",
+            )
+        if cut != self.data.max_offset:
+            log.warning(
+                "%s: cutting the log from %d to %d at the word of leader %s (term %d)",
+                self.root.name,
+                self.data.max_offset,
+                cut,
+                leader_id,
+                leader_term,
+            )
+        self.data.truncate_dirty(cut)
+        self._cut_index(entry.index * INDEX_UNIT_SIZE)
+        if not existed:
+            if self._pre_append(entry.size) != entry.pos:
+                raise DLedgerStoreError(
+                    DLedgerResponseCode.DISK_ERROR, f"entry {entry.index} cannot go at {entry.pos}"
+                )
+            self._write_data(entry.pos, entry.encode())
+        self._append_index(entry.magic, entry.pos, entry.size, entry.index, entry.term)
+        self.ledger_end_index = entry.index
+        self.ledger_end_term = entry.term
+        self.flushed_index = min(self.flushed_index, entry.index - (0 if existed else 1))
+        self._revise_begin_index()
+        if self.committed_index > entry.index:
+            # a committed entry is never cut by a legitimate leader; say so loudly if it is
+            log.error(
+                "%s: truncated below the committed index %d to %d",
+                self.root.name,
+                self.committed_index,
+                entry.index,
+            )
+            self.committed_index = entry.index
+            self._committed_pos = entry.pos + entry.size
+        return entry.index
+
+    # -- reads -----------------------------------------------------------------------------------
+    def _pos_and_size(self, index: int) -> tuple[int, int] | None:
+        if index < 0 or index < self.ledger_begin_index or index > self.ledger_end_index:
+            return None
+        unit = self._index_unit(index)
+        if unit is None:
+            return None
+        return unit[1], unit[2]
+
+    def get(self, index: int) -> DLedgerEntry | None:
+        """The entry at ``index``, or None outside [ledger begin, ledger end]."""
+        where = self._pos_and_size(index)
+        if where is None:
+            return None
+        pos, size = where
+        data = self._slice(pos, size)
+        if data is None:
+            raise DLedgerStoreError(
+                DLedgerResponseCode.DISK_ERROR, f"entry {index} at {pos} unreadable"
+            )
+        entry = decode(data)
+        if entry.pos != pos or entry.index != index:
+            raise DLedgerStoreError(
+                DLedgerResponseCode.DISK_ERROR,
+                f"entry {index}: index unit says pos {pos}, the entry says {entry.pos}/{entry.index}",
+            )
+        return entry
+
+    def _slice(self, pos: int, size: int) -> memoryview | None:
+        mf = self.data.find(pos)
+        if mf is None:
+            return None
+        rel = pos - mf.file_from_offset
+        if rel + size > mf.wrote_position:
+            return None
+        return mf.view[rel : rel + size]
+
+    def read_data(self, pos: int, size: int) -> bytes | None:
+        """``size`` bytes at ``pos`` within one data file (a copy: files may be cut later)."""
+        data = self._slice(pos, size)
+        return None if data is None else bytes(data)
+
+    # -- commit and flush ------------------------------------------------------------------------
+    def update_committed_index(self, term: int, index: int) -> None:
+        if (
+            index == -1
+            or self.ledger_end_index == -1
+            or term < self.current_term()
+            or index == self.committed_index
+        ):
+            return
+        if index < self.committed_index or index < self.ledger_begin_index:
+            log.warning(
+                "%s: committed index %d not moved back to %d",
+                self.root.name,
+                self.committed_index,
+                index,
+            )
+            return
+        index = min(index, self.ledger_end_index)
+        where = self._pos_and_size(index)
+        if where is None:
+            raise DLedgerStoreError(DLedgerResponseCode.DISK_ERROR, f"no index unit for {index}")
+        self.committed_index = index
+        self._committed_pos = where[0] + where[1]
+
+    def flush(self) -> None:
+        end = self.ledger_end_index
+        self.data.flush_blocking()
+        self.index.flush_blocking()
+        self.flushed_index = max(self.flushed_index, end)
+
+    async def flush_async(self) -> None:
+        end = self.ledger_end_index
+        await self.data.flush()
+        await self.index.flush()
+        if self.ledger_end_index >= end:  # not cut meanwhile
+            self.flushed_index = max(self.flushed_index, end)
+
+    def persist_checkpoint(self) -> None:
+        """``endIndex`` and ``committedIndex`` as Java properties, replaced atomically."""
+        path = self.root / CHECKPOINT
+        text = f"{END_INDEX_KEY}={self.ledger_end_index}\n{COMMITTED_INDEX_KEY}={self.committed_index}\n"
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(CHECKPOINT + ".tmp")
+        with open(tmp, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+
+    def close(self) -> None:
+        self.data.close()
+        self.index.close()

@@ -1,0 +1,183 @@
+"""DLedger's RPCs: request codes, result codes and the JSON bodies peers exchange.
+
+DLedgerRpcNettyService (openmessaging DLedger 0.3.1.2, the version RocketMQ 4.9.7 and 5.3.1
+ship) wraps every request object in a remoting frame whose code is a DLedgerRequestCode and
+whose body is the object as fastjson writes it.  The remoting answer's own code is always 200;
+the DLedger outcome is the ``code`` field inside the JSON answer.  fastjson omits null fields
+and writes enums by name and ``byte[]`` as base64; bodies here follow that so Java peers parse
+them, and parsing accepts whatever extra getters-turned-fields Java adds (``batch``,
+``count``, ``firstEntryIndex`` ...).
+"""
+
+from __future__ import annotations
+
+import json
+from enum import IntEnum, StrEnum
+from typing import Any
+
+from habroker.dledger.entry import DLedgerEntry, from_json_dict, to_json_dict
+
+Body = dict[str, Any]
+
+
+class DLedgerRequestCode(IntEnum):
+    METADATA = 50000
+    APPEND = 50001
+    GET = 50002
+    VOTE = 51001
+    HEART_BEAT = 51002
+    PULL = 51003
+    PUSH = 51004
+    LEADERSHIP_TRANSFER = 51005
+
+
+class DLedgerResponseCode(IntEnum):
+    UNKNOWN = -1
+    SUCCESS = 200
+    TIMEOUT = 300
+    METADATA_ERROR = 301
+    NETWORK_ERROR = 302
+    UNSUPPORTED = 303
+    UNKNOWN_GROUP = 400
+    UNKNOWN_MEMBER = 401
+    UNEXPECTED_MEMBER = 402
+    EXPIRED_TERM = 403
+    NOT_LEADER = 404
+    NOT_FOLLOWER = 405
+    INCONSISTENT_STATE = 406
+    INCONSISTENT_TERM = 407
+    INCONSISTENT_INDEX = 408
+    INCONSISTENT_LEADER = 409
+    INDEX_OUT_OF_RANGE = 410
+    UNEXPECTED_ARGUMENT = 411
+    REPEATED_REQUEST = 412
+    REPEATED_PUSH = 413
+    DISK_ERROR = 414
+    DISK_FULL = 415
+    TERM_NOT_READY = 416
+    FALL_BEHIND_TOO_MUCH = 417
+    TAKE_LEADERSHIP_FAILED = 418
+    INDEX_LESS_THAN_LOCAL_BEGIN = 419
+    REQUEST_WITH_EMPTY_BODYS = 420
+    PUSH_REQUEST_IS_FULL = 421
+    INTERNAL_ERROR = 500
+    TERM_CHANGED = 501
+    WAIT_QUORUM_ACK_TIMEOUT = 502
+    LEADER_PENDING_FULL = 503
+    ILLEGAL_MEMBER_STATE = 504
+    LEADER_NOT_READY = 505
+    LEADER_TRANSFERRING = 506
+
+    @classmethod
+    def name_of(cls, code: int) -> str:
+        try:
+            return cls(code).name
+        except ValueError:
+            return f"code {code}"
+
+
+class VoteResult(StrEnum):
+    UNKNOWN = "UNKNOWN"
+    ACCEPT = "ACCEPT"
+    REJECT_UNKNOWN_LEADER = "REJECT_UNKNOWN_LEADER"
+    REJECT_UNEXPECTED_LEADER = "REJECT_UNEXPECTED_LEADER"
+    REJECT_EXPIRED_VOTE_TERM = "REJECT_EXPIRED_VOTE_TERM"
+    REJECT_ALREADY_VOTED = "REJECT_ALREADY_VOTED"
+    REJECT_ALREADY_HAS_LEADER = "REJECT_ALREADY_HAS_LEADER"
+    REJECT_TERM_NOT_READY = "REJECT_TERM_NOT_READY"
+    REJECT_TERM_SMALL_THAN_LEDGER = "REJECT_TERM_SMALL_THAN_LEDGER"
+    REJECT_EXPIRED_LEDGER_TERM = "REJECT_EXPIRED_LEDGER_TERM"
+    REJECT_SMALL_LEDGER_END_INDEX = "REJECT_SMALL_LEDGER_END_INDEX"
+    REJECT_TAKING_LEADERSHIP = "REJECT_TAKING_LEADERSHIP"
+
+
+class PushType(StrEnum):
+    APPEND = "APPEND"
+    COMMIT = "COMMIT"
+    COMPARE = "COMPARE"
+    TRUNCATE = "TRUNCATE"
+
+
+# -- bodies ------------------------------------------------------------------------------------
+def encode(body: Body) -> bytes:
+    """fastjson's form: nulls left out, keys in name order (fastjson sorts bean fields)."""
+    return json.dumps(
+        {k: v for k, v in sorted(body.items()) if v is not None}, separators=(",", ":")
+    ).encode()
+
+
+def decode(raw: bytes | bytearray | memoryview | None) -> Body:
+    """A JSON object from a peer; anything else is a ValueError the RPC layer answers."""
+    if not raw:
+        raise ValueError("a DLedger request needs a JSON body")
+    value = json.loads(bytes(raw))
+    if not isinstance(value, dict):
+        raise ValueError("a DLedger body is a JSON object")
+    return value
+
+
+def base(
+    group: str,
+    *,
+    local_id: str | None = None,
+    remote_id: str | None = None,
+    leader_id: str | None = None,
+    term: int = -1,
+    code: int = DLedgerResponseCode.SUCCESS,
+) -> Body:
+    """RequestOrResponse's common fields."""
+    return {
+        "group": group,
+        "localId": local_id,
+        "remoteId": remote_id,
+        "leaderId": leader_id,
+        "term": term,
+        "code": int(code),
+    }
+
+
+def answer(request: Body, code: int = DLedgerResponseCode.SUCCESS, **fields: Any) -> Body:
+    """A response that copies the request's base info (``copyBaseInfo``), then ``fields``."""
+    out: Body = {
+        key: request.get(key) for key in ("group", "localId", "remoteId", "leaderId", "term")
+    }
+    out["code"] = int(code)
+    out.update(fields)
+    return out
+
+
+def code_of(body: Body) -> int:
+    return int(body.get("code", DLedgerResponseCode.SUCCESS))
+
+
+def term_of(body: Body) -> int:
+    return int(body.get("term", -1))
+
+
+def push_request(
+    group: str,
+    *,
+    local_id: str,
+    remote_id: str,
+    term: int,
+    push_type: PushType,
+    commit_index: int,
+    entry: DLedgerEntry | None = None,
+) -> Body:
+    body = base(group, local_id=local_id, remote_id=remote_id, leader_id=local_id, term=term)
+    body.update(
+        type=push_type.value,
+        commitIndex=commit_index,
+        entry=None if entry is None else to_json_dict(entry),
+        batchEntry=[],
+    )
+    return body
+
+
+def push_entries(request: Body) -> list[DLedgerEntry]:
+    """The entries a push carries: ``batchEntry`` when not empty, else ``entry``."""
+    batch = request.get("batchEntry") or []
+    if batch:
+        return [from_json_dict(item) for item in batch]
+    entry = request.get("entry")
+    return [from_json_dict(entry)] if entry else []

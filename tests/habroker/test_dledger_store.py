@@ -1,0 +1,156 @@
+"""DLedgerMmapFileStore on real files: the entry and index layout, blanks at file ends,
+recovery (a missing index unit rebuilt, a torn tail cut), truncation and the checkpoint."""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import pytest
+from habroker.dledger.entry import (
+    BODY_OFFSET,
+    INDEX_UNIT_SIZE,
+    DLedgerEntry,
+    decode,
+    from_json_dict,
+    to_json_dict,
+)
+from habroker.dledger.mmap_file_store import DLedgerMmapFileStore, DLedgerStoreError
+
+FILE = 4096
+
+
+def open_store(root: Path, *, size: int = FILE) -> DLedgerMmapFileStore:
+    store = DLedgerMmapFileStore(root, "n0", data_file_size=size, index_file_size=32 * 64)
+    store.recover()
+    return store
+
+
+def fill(store: DLedgerMmapFileStore, count: int, term: int = 1, size: int = 100) -> None:
+    for i in range(count):
+        store.append_as_leader(bytes([i % 251]) * size, term)
+
+
+def test_entries_and_index_units_are_laid_out_as_dledger_writes_them(tmp_path):
+    store = open_store(tmp_path)
+    patched: list[int] = []
+
+    def hook(entry: DLedgerEntry, data: bytearray) -> None:
+        patched.append(entry.pos)
+        struct.pack_into(">q", data, BODY_OFFSET, entry.pos + BODY_OFFSET)
+
+    first = store.append_as_leader(b"\0" * 8 + b"hello", 3, hook)
+    second = store.append_as_leader(b"\0" * 8 + b"world", 3, hook)
+    store.close()
+    data = (tmp_path / "dledger-n0" / "data" / f"{0:020d}").read_bytes()
+    assert len(data) == FILE
+    header = struct.unpack_from(">iiqqqiiii", data, 0)
+    assert header == (1, 61, 0, 3, 0, 0, 0, 0, 13)
+    assert data[48:56] == struct.pack(">q", 48), "the hook wrote the record's offset"
+    assert struct.unpack_from(">iiqqq", data, 61)[:5] == (1, 61, 1, 3, 61)
+    index = (tmp_path / "dledger-n0" / "index" / f"{0:020d}").read_bytes()
+    assert struct.unpack_from(">iqiqq", index, 0) == (1, 0, 61, 0, 3)
+    assert struct.unpack_from(">iqiqq", index, 32) == (1, 61, 61, 1, 3)
+    assert patched == [0, 61] and (first.pos, second.pos) == (0, 61)
+    assert second.body[:8] == struct.pack(">q", 61 + 48)
+
+
+def test_a_file_without_room_for_the_entry_and_8_bytes_ends_with_a_blank(tmp_path):
+    store = open_store(tmp_path)
+    fill(store, 30, size=100)  # 148 bytes each: 27 fit in 4096 with 8 to spare
+    last_in_first = max(i for i in range(30) if store.get(i).pos < FILE)  # type: ignore[union-attr]
+    end = store.get(last_in_first).pos + 148  # type: ignore[union-attr]
+    store.close()
+    data = (tmp_path / "dledger-n0" / "data" / f"{0:020d}").read_bytes()
+    assert struct.unpack_from(">ii", data, end) == (-1, FILE - end)
+    again = open_store(tmp_path)
+    assert (again.ledger_begin_index, again.ledger_end_index) == (0, 29)
+    assert again.get(last_in_first + 1).pos == FILE  # type: ignore[union-attr]
+    assert [again.get(i).body[0] for i in range(30)] == list(range(30))  # type: ignore[union-attr]
+
+
+def test_an_entry_written_before_its_index_unit_is_kept_by_recovery(tmp_path):
+    store = open_store(tmp_path)
+    fill(store, 5)
+    store.close()
+    index_file = tmp_path / "dledger-n0" / "index" / f"{0:020d}"
+    with open(index_file, "r+b") as fh:  # as if killed between the data and the index write
+        fh.seek(4 * INDEX_UNIT_SIZE)
+        fh.write(bytes(INDEX_UNIT_SIZE))
+    again = open_store(tmp_path)
+    assert again.ledger_end_index == 4
+    assert again.get(4).body == bytes([4]) * 100  # type: ignore[union-attr]
+
+
+def test_a_torn_tail_is_cut_at_the_last_whole_entry(tmp_path):
+    store = open_store(tmp_path)
+    fill(store, 6)
+    torn_at = store.get(5).pos  # type: ignore[union-attr]
+    store.close()
+    data_file = tmp_path / "dledger-n0" / "data" / f"{0:020d}"
+    with open(data_file, "r+b") as fh:  # half a header: a size that does not add up
+        fh.seek(torn_at + 4)
+        fh.write(struct.pack(">i", 7))
+    again = open_store(tmp_path)
+    assert again.ledger_end_index == 4
+    assert again.data_end_pos == torn_at
+    assert again.append_as_leader(b"next", 2).index == 5
+
+
+def test_truncate_cuts_a_divergent_tail_and_writes_the_leaders_entry(tmp_path):
+    store = open_store(tmp_path)
+    fill(store, 5, term=1)
+    fill(store, 3, term=2)  # 5..7, an old leader's uncommitted tail
+    store.update_committed_index(1, 4)
+    leaders = DLedgerEntry(5, 3, b"leader's five", pos=store.get(5).pos)  # type: ignore[union-attr]
+    assert store.truncate(leaders, 3, "n1") == 5
+    assert (store.ledger_end_index, store.ledger_end_term) == (5, 3)
+    assert store.get(5) == leaders
+    assert store.get(6) is None
+    follow = DLedgerEntry(6, 3, b"six", pos=leaders.pos + leaders.size)
+    store.append_as_follower(follow, 3, "n1")
+    with pytest.raises(DLedgerStoreError, match="INCONSISTENT_INDEX"):
+        store.append_as_follower(DLedgerEntry(9, 3, b"gap", pos=0), 3, "n1")
+    store.close()
+    again = open_store(tmp_path)
+    assert again.ledger_end_index == 6 and again.get(6).body == b"six"  # type: ignore[union-attr]
+
+
+def test_committed_index_never_goes_back_and_survives_a_restart(tmp_path):
+    store = open_store(tmp_path)
+    fill(store, 10)
+    store.update_committed_index(1, 7)
+    store.update_committed_index(1, 3)
+    assert store.committed_index == 7
+    assert store.committed_pos == store.get(7).pos + store.get(7).size  # type: ignore[union-attr]
+    store.update_committed_index(1, 99)  # beyond the end: capped at the end
+    assert store.committed_index == 9
+    store.flush()
+    store.persist_checkpoint()
+    store.close()
+    text = (tmp_path / "dledger-n0" / "checkpoint").read_text()
+    assert sorted(text.split()) == ["committedIndex=9", "endIndex=9"]
+    again = open_store(tmp_path)
+    assert again.committed_index == 9
+
+
+def test_an_entry_as_json_round_trips_and_decodes_from_disk(tmp_path):
+    store = open_store(tmp_path)
+    entry = store.append_as_leader(b"payload", 4)
+    as_json = to_json_dict(entry)
+    assert as_json["body"] == "cGF5bG9hZA==" and as_json["size"] == 55
+    assert from_json_dict(as_json) == entry
+    raw = store.read_data(entry.pos, entry.size)
+    assert raw is not None and decode(raw) == entry
+    store.close()
+
+
+def test_a_data_file_of_the_wrong_size_stops_recovery_with_its_name(tmp_path):
+    store = open_store(tmp_path)
+    fill(store, 2)
+    store.close()
+    data_file = tmp_path / "dledger-n0" / "data" / f"{0:020d}"
+    os.truncate(data_file, 100)
+    with pytest.raises(Exception, match=str(data_file)):
+        open_store(tmp_path)
