@@ -19,18 +19,17 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from habroker.dledger.entry import DLedgerEntry, same_entry, to_json_dict
+from habroker.dledger.entry import DLedgerEntry, same_entry
 from habroker.dledger.member_state import MemberState
 from habroker.dledger.protocol import (
     Body,
     DLedgerRequestCode,
     DLedgerResponseCode,
     PushType,
-    answer,
     code_of,
     push_entries,
     push_request,
@@ -322,7 +321,9 @@ class EntryDispatcher:
             self.compare_index = -1
         self.type = target
 
-    def _request(self, push_type: PushType, entry: DLedgerEntry | None) -> Body:
+    def _request(
+        self, push_type: PushType, entry: DLedgerEntry | None, batch: Sequence[DLedgerEntry] = ()
+    ) -> Body:
         st = self.pusher.state
         return push_request(
             st.group,
@@ -332,6 +333,7 @@ class EntryDispatcher:
             push_type=push_type,
             commit_index=self.pusher.store.committed_index,
             entry=entry,
+            batch=batch,
         )
 
     async def run(self) -> None:
@@ -397,9 +399,10 @@ class EntryDispatcher:
             self._spawn(self._request(PushType.COMMIT, None), None)
 
     def _send_append(self, batch: list[DLedgerEntry]) -> None:
-        request = self._request(PushType.APPEND, batch[0] if len(batch) == 1 else None)
-        if len(batch) > 1:
-            request["batchEntry"] = [to_json_dict(e) for e in batch]
+        if len(batch) == 1:
+            request = self._request(PushType.APPEND, batch[0])
+        else:
+            request = self._request(PushType.APPEND, None, batch)
         self.inflight[batch[0].index] = (_now_ms(), len(batch))
         self.last_commit_push = _now_ms()
         self.pushes += 1
@@ -536,14 +539,15 @@ class EntryHandler:
         self.wake = asyncio.Event()
 
     def _response(self, request: Body, code: int) -> Body:
+        """PushEntryResponse as the Java follower builds it: the request's group and term, no
+        ids; ``index`` (the first entry's) and ``count`` except for COMMIT (count 0)."""
         store = self.pusher.store
-        out = answer(request, code)
-        out["leaderId"] = request.get("leaderId")
+        out: Body = {"group": request.get("group"), "term": term_of(request), "code": int(code)}
+        out["count"] = 0
         if request.get("type") != PushType.COMMIT:
             entries = push_entries(request)
-            if entries:
-                out["index"] = entries[0].index
-                out["count"] = len(entries)
+            out["index"] = entries[0].index if entries else -1
+            out["count"] = len(entries)
         out["beginIndex"] = store.ledger_begin_index
         out["endIndex"] = store.ledger_end_index
         return out

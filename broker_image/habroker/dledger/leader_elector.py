@@ -177,7 +177,8 @@ class DLedgerLeaderElector:
         return self._hb(DLedgerResponseCode.TERM_NOT_READY)
 
     def _hb(self, code: DLedgerResponseCode, term: int = -1) -> Body:
-        return base(self.state.group, term=term, code=code)
+        """HeartBeatResponse as Java answers it: only code and term (no group, no ids)."""
+        return {"code": int(code), "term": term}
 
     async def _send_heartbeats(self, term: int, leader_id: str) -> None:
         st = self.state

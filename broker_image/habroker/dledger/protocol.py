@@ -12,6 +12,7 @@ them, and parsing accepts whatever extra getters-turned-fields Java adds (``batc
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from enum import IntEnum, StrEnum
 from typing import Any
 
@@ -163,13 +164,26 @@ def push_request(
     push_type: PushType,
     commit_index: int,
     entry: DLedgerEntry | None = None,
+    batch: Sequence[DLedgerEntry] = (),
 ) -> Body:
+    """A PUSH: one ``entry``, or a ``batch`` (``batchEntry``), or neither (COMMIT).
+
+    Java writes PushEntryRequest's getters too: ``batch`` (batchEntry not empty), ``count``,
+    ``firstEntryIndex`` and ``lastEntryIndex`` (-1 without entries) and ``totalSize`` (the sizes
+    of the batch's entries; 0 for a single ``entry``); the bodies here carry them the same way.
+    """
     body = base(group, local_id=local_id, remote_id=remote_id, leader_id=local_id, term=term)
+    carried = list(batch) or ([entry] if entry is not None else [])
     body.update(
         type=push_type.value,
         commitIndex=commit_index,
-        entry=None if entry is None else to_json_dict(entry),
-        batchEntry=[],
+        entry=None if entry is None or batch else to_json_dict(entry),
+        batchEntry=[to_json_dict(e) for e in batch],
+        batch=bool(batch),
+        count=len(carried),
+        firstEntryIndex=carried[0].index if carried else -1,
+        lastEntryIndex=carried[-1].index if carried else -1,
+        totalSize=sum(e.size for e in batch),
     )
     return body
 
