@@ -1,15 +1,36 @@
 """DLedger frames captured between real RocketMQ 4.9.7 peers (tests/interop/fixtures/dledger,
 made by ``python -m tests.interop.capture_dledger``): the wire facts habroker's DLedger peer
-relies on, checked without Java."""
+relies on, and habroker's own bodies (its request builders and its answers to the captured
+requests) byte for byte against Java's, all without Java."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
+from habroker.dledger.entry import decode as decode_entry
+from habroker.dledger.entry import same_entry, to_json_dict
+from habroker.dledger.entry_pusher import EntryHandler
+from habroker.dledger.leader_elector import DLedgerLeaderElector
+from habroker.dledger.member_state import MemberState
+from habroker.dledger.protocol import (
+    DLedgerRequestCode,
+    DLedgerResponseCode,
+    PushType,
+    VoteResult,
+    base,
+    code_of,
+    decode,
+    encode,
+    push_entries,
+    push_request,
+)
+from habroker.dledger.rpc_service import DLedgerRpcService
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "dledger"
 VOTE, HEART_BEAT, PUSH = 51001, 51002, 51004
@@ -138,3 +159,149 @@ def test_an_empty_follower_answers_compare_with_inconsistent_state_then_truncate
     assert request["entry"]["index"] == 0 and request["entry"]["pos"] == 0
     answer = json.loads(body_of(truncate["response"]))
     assert (answer["code"], answer["beginIndex"], answer["endIndex"]) == (200, 0, 0)
+
+
+# -- habroker's DLedger peer against the captures -------------------------------------------------
+
+PEER_IDS = ("n0", "n1", "n2")
+
+
+def _kind_code(name: str) -> DLedgerRequestCode:
+    return {
+        "vote": DLedgerRequestCode.VOTE,
+        "heartbeat": DLedgerRequestCode.HEART_BEAT,
+        "push": DLedgerRequestCode.PUSH,
+    }[name.split("-")[0]]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_our_codes_and_names_match(name: str) -> None:
+    fixture = load(name)
+    assert fixture["request"]["header"]["code"] == _kind_code(name)
+    answer = decode(body_of(fixture["response"]))
+    assert DLedgerResponseCode(code_of(answer)).value == answer["code"]
+    if "voteResult" in answer:
+        assert VoteResult(answer["voteResult"]).value == answer["voteResult"]
+    request = decode(body_of(fixture["request"]))
+    if "type" in request:
+        assert PushType(request["type"]).value == request["type"]
+
+
+def test_response_code_names() -> None:
+    names = {int(n.rsplit("-", 1)[1]) for n in NAMES if n[-3:].isdigit()}
+    assert {DLedgerResponseCode.name_of(c) for c in names} >= {
+        "SUCCESS",
+        "INCONSISTENT_STATE",
+    }
+    assert DLedgerResponseCode.name_of(405) == "NOT_FOLLOWER"
+    assert DLedgerResponseCode.name_of(413) == "REPEATED_PUSH"
+    assert DLedgerResponseCode.name_of(416) == "TERM_NOT_READY"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_decode_then_encode_gives_the_same_bytes(name: str) -> None:
+    fixture = load(name)
+    for frame in (fixture["request"], fixture["response"]):
+        raw = body_of(frame)
+        assert encode(decode(raw)) == raw
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n.startswith("push-") and "commit" not in n])
+def test_entries_round_trip_through_our_entry(name: str) -> None:
+    request = decode(body_of(load(name)["request"]))
+    (entry,) = push_entries(request)
+    assert to_json_dict(entry) == request["entry"]
+    assert json.dumps(to_json_dict(entry), separators=(",", ":")) == json.dumps(
+        request["entry"], separators=(",", ":")
+    )
+    raw = entry.encode()
+    assert len(raw) == entry.size
+    again = decode_entry(bytes(raw))
+    assert same_entry(entry, again) and again.pos == entry.pos
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n.startswith("heartbeat-")])
+def test_our_heartbeat_request_and_answer(name: str, tmp_path: Path) -> None:
+    fixture = load(name)
+    request = decode(body_of(fixture["request"]))
+    ours = base(
+        request["group"],
+        local_id=request["localId"],
+        remote_id=request["remoteId"],
+        leader_id=request["leaderId"],
+        term=request["term"],
+    )
+    assert encode(ours) == body_of(fixture["request"])
+
+    elector = _elector(tmp_path, request["remoteId"], (-1, -1))
+    # 200: the callee was at the leader's term; 416: behind it (a peer restarted empty)
+    elector.state.term = request["term"] if name.endswith("-200") else request["term"] - 1
+    answer = asyncio.run(elector.handle_heartbeat(request))
+    assert encode(answer) == body_of(fixture["response"])
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n.startswith("vote-")])
+def test_our_vote_request_and_answer(name: str, tmp_path: Path) -> None:
+    fixture = load(name)
+    request = decode(body_of(fixture["request"]))
+    expected = decode(body_of(fixture["response"]))
+    ours = base(
+        request["group"],
+        local_id=request["localId"],
+        remote_id=request["remoteId"],
+        leader_id=request["localId"],
+        term=request["term"],
+    )
+    ours.update(ledgerEndIndex=request["ledgerEndIndex"], ledgerEndTerm=request["ledgerEndTerm"])
+    assert encode(ours) == body_of(fixture["request"])
+
+    # the callee's state that gives this answer: its term is the answer's
+    result = expected["voteResult"]
+    end = (0, request["ledgerEndTerm"] + 1) if result == "REJECT_EXPIRED_LEDGER_TERM" else (-1, -1)
+    elector = _elector(tmp_path, request["remoteId"], end)
+    state = elector.state
+    state.term = expected["term"]
+    if result in ("REJECT_ALREADY_VOTED", "REJECT_ALREADY_HAS_LEADER"):
+        other = next(p for p in PEER_IDS if p not in (request["localId"], request["remoteId"]))
+        state.set_vote_for(other)
+        if result == "REJECT_ALREADY_HAS_LEADER":
+            state.leader_id = other
+    answer = asyncio.run(elector.handle_vote(request))
+    assert encode(answer) == body_of(fixture["response"])
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n.startswith("push-")])
+def test_our_push_request(name: str) -> None:
+    fixture = load(name)
+    request = decode(body_of(fixture["request"]))
+    entries = push_entries(request)
+    ours = push_request(
+        request["group"],
+        local_id=request["localId"],
+        remote_id=request["remoteId"],
+        term=request["term"],
+        push_type=PushType(request["type"]),
+        commit_index=request["commitIndex"],
+        entry=entries[0] if entries else None,
+    )
+    assert encode(ours) == body_of(fixture["request"])
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n.startswith("push-")])
+def test_our_push_answer(name: str) -> None:
+    fixture = load(name)
+    request = decode(body_of(fixture["request"]))
+    expected = decode(body_of(fixture["response"]))
+    # the follower's ledger as the answer reports it
+    store = SimpleNamespace(
+        ledger_begin_index=expected["beginIndex"], ledger_end_index=expected["endIndex"]
+    )
+    handler = EntryHandler(cast(Any, SimpleNamespace(store=store)))
+    answer = handler._response(request, expected["code"])
+    assert encode(answer) == body_of(fixture["response"])
+
+
+def _elector(tmp_path: Path, self_id: str, end: tuple[int, int]) -> DLedgerLeaderElector:
+    peers = {peer: f"127.0.0.1:{40911 + i}" for i, peer in enumerate(PEER_IDS)}
+    state = MemberState("RaftNode00", self_id, peers, tmp_path / "dledger")
+    return DLedgerLeaderElector(state, DLedgerRpcService(peers, self_id), lambda: end)
