@@ -4,14 +4,18 @@ In a private namespace: a Java name server, Java peers n0 and n1, habroker peer 
 elects a leader; messages the real Java producer sends replicate to every peer with
 byte-identical DLedger entries (each peer's ``dledger-<id>/data`` files, entry by entry); the
 leader, whichever it is, is killed (SIGKILL); the two left elect a leader at a higher term and
-take writes; the killed peer restarts and catches up to the same entries.
+take writes; the killed peer restarts and catches up to the same entries.  All DLedger traffic
+goes through recording proxies (tests/interop/dledger_recorder.py): every frame the habroker
+peer sent must have the remoting header, the body form and the body fields Java peers use for
+the same kind of frame.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,7 @@ import pytest
 from habroker.local import LocalBroker
 
 from tests.interop.dledger_java import GROUP, JavaDLedgerBroker, peers_text, start_dledger_group
+from tests.interop.dledger_recorder import Exchange, Frame, Recorder
 from tests.interop.rocketmq_java import (
     JavaNameServer,
     NetNS,
@@ -36,6 +41,7 @@ JAVA_IDS = ("n0", "n1")
 HABROKER_ID = "n2"
 FILE_SIZE = 64 * 1024 * 1024  # the Java brokers' data files (mappedFileSizeCommitLog)
 TOPIC = "DLedgerMixed"
+PUSH = 51004
 ENTRY_MAGIC = 1
 BLANK_MAGIC = 0xFFFFFFFF
 
@@ -223,15 +229,78 @@ def same_entries(peers: Sequence[Peer], at_least: int) -> Callable[[], tuple[boo
     return check
 
 
+def _kind(exchange: Exchange) -> str:
+    request = exchange.request
+    push_type = request.body_json().get("type") if request.code == PUSH else None
+    return f"{request.code}{'/' + str(push_type) if push_type else ''}"
+
+
+def check_habroker_frames(exchanges: Sequence[Exchange]) -> set[str]:
+    """Every DLedger frame the habroker peer sent, as requester or answerer, against the
+    frames Java peers sent of the same kind: remoting code (the request's; 200 for answers),
+    flag, JSON header with Java's fields (habroker's remoting always writes ``extFields``, Java
+    leaves an empty one out), body in fastjson's form, and the same body fields as some Java
+    frame of that kind.  The kinds compared (both sides seen)."""
+    java: dict[tuple[str, bool], set[frozenset[str]]] = {}
+    ours: dict[tuple[str, bool], list[Frame]] = {}
+    for exchange in exchanges:
+        sent = [(exchange.request, False)]
+        if exchange.response is not None:
+            sent.append((exchange.response, True))
+        for frame, is_answer in sent:
+            request_body = exchange.request.body_json()
+            sender = exchange.request.callee if is_answer else request_body.get("localId")
+            key = (_kind(exchange), is_answer)
+            if sender == HABROKER_ID:
+                ours.setdefault(key, []).append(frame)
+            else:
+                java.setdefault(key, set()).add(frozenset(frame.body_json()))
+    header_keys = {"code", "flag", "language", "opaque", "serializeTypeCurrentRPC", "version"}
+    compared: set[str] = set()
+    for (kind, is_answer), frames in ours.items():
+        for frame in frames:
+            where = f"habroker {'answer to' if is_answer else 'request'} {kind}"
+            assert frame.serialize_type == 0, where
+            assert set(frame.header) - {"extFields"} == header_keys, (where, frame.header)
+            assert frame.header.get("extFields", {}) == {}, (where, frame.header)
+            assert frame.header["flag"] == (1 if is_answer else 0), (where, frame.header)
+            assert frame.header["code"] == (200 if is_answer else int(kind.split("/")[0])), (
+                where,
+                frame.header,
+            )
+            assert frame.body == fastjson(frame.body_json()), (where, frame.body)
+            shapes = java.get((kind, is_answer))
+            if shapes:
+                assert frozenset(frame.body_json()) in shapes, (where, frame.body, shapes)
+                compared.add(f"{'answer ' if is_answer else ''}{kind}")
+    return compared
+
+
+def fastjson(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+@pytest.fixture
+def recorder(netns: NetNS) -> Iterator[Recorder]:
+    """Proxies through which every peer reaches every other (at its DLedger port + 1000)."""
+    with Recorder(
+        netns, {p: (int(a.rpartition(":")[2]) + 1000, a) for p, a in PEERS.items()}
+    ) as started:
+        yield started
+
+
 @pytest.mark.parametrize("preferred", [None, HABROKER_ID], ids=["any-leader", "habroker-leads"])
 def test_two_java_peers_and_a_habroker_peer_replicate_fail_over_and_catch_up(
-    netns: NetNS, preferred: str | None
+    netns: NetNS, recorder: Recorder, preferred: str | None
 ) -> None:
     """``preferred``: every peer's preferredLeaderId (the leader hands leadership to it once it
     caught up, DLedger's LEADERSHIP_TRANSFER), so the habroker peer leads first."""
     extra = {} if preferred is None else {"preferredLeaderId": preferred}
     JavaNameServer(netns, netns.root / "namesrv").start()  # first: brokers register at boot
-    javas = start_dledger_group(netns, netns.root, PEERS, JAVA_IDS, extra=extra, wait=False)
+    javas = start_dledger_group(
+        netns, netns.root, PEERS, JAVA_IDS, via=recorder.via, extra=extra, wait=False
+    )
+    habroker_view = {p: a if p == HABROKER_ID else recorder.via[p] for p, a in PEERS.items()}
     habroker = netns.local_broker(
         netns.root / HABROKER_ID,
         brokerName="broker-a",
@@ -239,7 +308,7 @@ def test_two_java_peers_and_a_habroker_peer_replicate_fail_over_and_catch_up(
         namesrvAddr="127.0.0.1:9876",
         enableDLegerCommitLog=True,
         dLegerGroup=GROUP,
-        dLegerPeers=peers_text(PEERS),
+        dLegerPeers=peers_text(habroker_view),
         dLegerSelfId=HABROKER_ID,
         mappedFileSizeCommitLog=FILE_SIZE,
         autoCreateTopicEnable=True,  # as the Java peers (rocketmq_java.JavaBroker.config)
@@ -284,5 +353,7 @@ def test_two_java_peers_and_a_habroker_peer_replicate_fail_over_and_catch_up(
     if preferred is None:
         assert status[0] == "FOLLOWER", status
 
+    compared = check_habroker_frames(recorder.exchanges())
+    print(f"habroker's frames have Java's shape in {len(compared)} kinds: {sorted(compared)}")
     for peer in peers:  # no graceful shutdown needed
         peer.kill()
