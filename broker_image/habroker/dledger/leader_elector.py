@@ -483,8 +483,8 @@ class DLedgerLeaderElector:
         target, fut = self._take_leadership
         if fut.done():
             return
-        st = self.state
-        body = base(st.group, local_id=st.self_id, leader_id=st.leader_id, term=term)
+        # as Java's transferee answers: only code and term
+        body: Body = {"code": int(DLedgerResponseCode.SUCCESS), "term": term}
         if term > target:
             body["code"] = int(DLedgerResponseCode.EXPIRED_TERM)
         elif term == target and role == Role.LEADER:
