@@ -3,10 +3,11 @@
     .venv/bin/python -m tests.interop.capture_dledger [--out tests/interop/fixtures/dledger]
 
 In a private namespace: a Java name server, three Java DLedger peers (n0..n2) each reached by
-the others through a recording proxy (:mod:`tests.interop.dledger_recorder`).  After the first
-election the real Java producer sends a few messages (APPEND carries real entries, COMMIT
+the others through a recording proxy (:mod:`tests.interop.dledger_recorder`).  After the
+elections the real Java producer sends a few messages (APPEND carries real entries, COMMIT
 follows); then one follower is killed, its store wiped, and restarted, so the leader COMPAREs
-(the empty follower answers INCONSISTENT_STATE), TRUNCATEs and APPENDs again.  The first
+(the empty follower answers INCONSISTENT_STATE), TRUNCATEs and APPENDs again.  n2 starts
+last and is every peer's ``preferredLeaderId``: the first leader hands it leadership.  The first
 exchange of each kind is written as ``<kind>.json``: request and answer, each with its remoting
 header (parsed and as sent) and its body as sent.  ``tests/interop/test_dledger_fixtures.py``
 checks habroker's DLedger protocol against these files without Java.
@@ -41,7 +42,7 @@ from tests.interop.rocketmq_java import (
 )
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "dledger"
-VOTE, HEART_BEAT, PUSH = 51001, 51002, 51004
+VOTE, HEART_BEAT, PUSH, LEADERSHIP_TRANSFER = 51001, 51002, 51004, 51005
 TOPIC = "DLedgerCapture"
 
 
@@ -56,6 +57,8 @@ def kind_of(exchange: Exchange) -> str:
         return f"heartbeat-{code}"
     if request.code == PUSH:
         return f"push-{str(request.body_json().get('type')).lower()}-{code}"
+    if request.code == LEADERSHIP_TRANSFER:
+        return f"leadership-transfer-{code}"
     return f"code{request.code}-{code}"
 
 
@@ -125,9 +128,16 @@ def capture(root: Path, out: Path) -> list[Path]:
     }
     with NetNS(root / "netns") as ns, Recorder(ns, routes) as recorder:
         JavaNameServer(ns, root / "namesrv").start()
-        brokers = start_dledger_group(ns, root, via=recorder.via)
-        leader, term = wait_leader(brokers.values(), followers=2)
+        # n0 and n1 elect; n2 joins later as everyone's preferred leader, so the leader hands
+        # it leadership (LEADERSHIP_TRANSFER) once it caught up
+        extra = {"preferredLeaderId": "n2"}
+        brokers = start_dledger_group(ns, root, ids=["n0", "n1"], via=recorder.via, extra=extra)
+        first, term = wait_leader(brokers.values(), followers=1)
+        print(f"leader {first.self_id} term {term}", file=sys.stderr)
+        brokers.update(start_dledger_group(ns, root, ids=["n2"], via=recorder.via, extra=extra))
+        leader, term = wait_leader(brokers.values(), min_term=term + 1, followers=2)
         print(f"leader {leader.self_id} term {term}", file=sys.stderr)
+        recorder.wait_for(lambda x: x.request.code == LEADERSHIP_TRANSFER)
         produce(ns, 3)
         recorder.wait_for(lambda x: kind_of(x) == "push-commit-200")
 

@@ -17,8 +17,9 @@ from habroker.dledger.entry import decode as decode_entry
 from habroker.dledger.entry import same_entry, to_json_dict
 from habroker.dledger.entry_pusher import EntryHandler
 from habroker.dledger.leader_elector import DLedgerLeaderElector
-from habroker.dledger.member_state import MemberState
+from habroker.dledger.member_state import MemberState, Role
 from habroker.dledger.protocol import (
+    Body,
     DLedgerRequestCode,
     DLedgerResponseCode,
     PushType,
@@ -33,7 +34,7 @@ from habroker.dledger.protocol import (
 from habroker.dledger.rpc_service import DLedgerRpcService
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "dledger"
-VOTE, HEART_BEAT, PUSH = 51001, 51002, 51004
+VOTE, HEART_BEAT, PUSH, LEADERSHIP_TRANSFER = 51001, 51002, 51004, 51005
 #: DLedgerEntry's fixed header: magic, size, index, term, pos, channel, chainCrc, bodyCrc,
 #: body length.
 ENTRY_HEADER = 4 + 4 + 8 + 8 + 8 + 4 + 4 + 4 + 4
@@ -53,6 +54,7 @@ EXPECTED = {
     "push-commit-200",
     "push-compare-406",
     "push-truncate-200",
+    "leadership-transfer-200",
 }
 
 
@@ -80,7 +82,7 @@ def test_remoting_frames(name: str) -> None:
         assert json.loads(frame["header_text"]) == frame["header"]
         assert frame["header_text"].encode() == fastjson(frame["header"])
         assert frame["header"]["language"] == "JAVA" and frame["header"]["version"] == 407
-    assert request["header"]["code"] in (VOTE, HEART_BEAT, PUSH)
+    assert request["header"]["code"] in (VOTE, HEART_BEAT, PUSH, LEADERSHIP_TRANSFER)
     assert request["header"]["flag"] == 0
     # the remoting answer is always SUCCESS; DLedger's outcome is the body's "code"
     assert response["header"]["code"] == 200 and response["header"]["flag"] == 1
@@ -161,6 +163,16 @@ def test_an_empty_follower_answers_compare_with_inconsistent_state_then_truncate
     assert (answer["code"], answer["beginIndex"], answer["endIndex"]) == (200, 0, 0)
 
 
+def test_the_leader_asks_the_transferee_which_answers_with_code_and_its_new_term() -> None:
+    fixture = load("leadership-transfer-200")
+    request = json.loads(body_of(fixture["request"]))
+    assert request["transferId"] == request["leaderId"] == request["localId"] == fixture["caller"]
+    assert request["transfereeId"] == request["remoteId"] == fixture["callee"]
+    assert "takeLeadershipLedgerIndex" in request
+    answer = json.loads(body_of(fixture["response"]))
+    assert answer == {"code": 200, "term": request["term"] + 1}
+
+
 # -- habroker's DLedger peer against the captures -------------------------------------------------
 
 PEER_IDS = ("n0", "n1", "n2")
@@ -171,6 +183,7 @@ def _kind_code(name: str) -> DLedgerRequestCode:
         "vote": DLedgerRequestCode.VOTE,
         "heartbeat": DLedgerRequestCode.HEART_BEAT,
         "push": DLedgerRequestCode.PUSH,
+        "leadership": DLedgerRequestCode.LEADERSHIP_TRANSFER,
     }[name.split("-")[0]]
 
 
@@ -299,6 +312,41 @@ def test_our_push_answer(name: str) -> None:
     handler = EntryHandler(cast(Any, SimpleNamespace(store=store)))
     answer = handler._response(request, expected["code"])
     assert encode(answer) == body_of(fixture["response"])
+
+
+def test_our_leadership_transfer_request_and_the_transferees_answer(tmp_path: Path) -> None:
+    fixture = load("leadership-transfer-200")
+    request = decode(body_of(fixture["request"]))
+    expected = decode(body_of(fixture["response"]))
+    leader, transferee = request["localId"], request["remoteId"]
+
+    # the leader's request: what our elector sends the transferee
+    elector = _elector(tmp_path / "leader", leader, (request["takeLeadershipLedgerIndex"], -1))
+    elector.state.term = request["term"]
+    elector.state.change_to_leader(request["term"])
+    sent: list[Body] = []
+
+    async def call(peer: str, code: int, body: Body, timeout: float = 3.0) -> Body:  # noqa: ASYNC109
+        assert (peer, code) == (transferee, DLedgerRequestCode.LEADERSHIP_TRANSFER)
+        sent.append(body)
+        return expected
+
+    elector.rpc = cast(Any, SimpleNamespace(call=call))
+    admin = base(request["group"], local_id=leader, remote_id=leader, leader_id=leader)
+    admin.update(term=request["term"], transferId=leader, transfereeId=transferee)
+    asyncio.run(elector.handle_leadership_transfer(admin))
+    assert [encode(body) for body in sent] == [body_of(fixture["request"])]
+
+    # the transferee's answer once it leads the next term
+    taker = _elector(tmp_path / "taker", transferee, (-1, -1))
+
+    async def take() -> Body:
+        done: asyncio.Future[Body] = asyncio.get_running_loop().create_future()
+        taker._take_leadership = (expected["term"], done)
+        taker._check_take_leadership(expected["term"], Role.LEADER)
+        return await done
+
+    assert encode(asyncio.run(take())) == body_of(fixture["response"])
 
 
 def _elector(tmp_path: Path, self_id: str, end: tuple[int, int]) -> DLedgerLeaderElector:
