@@ -127,4 +127,10 @@ def all_plots(results: dict[str, Any], out_dir: Path) -> list[Path]:
         fn(results, path)
         if path.exists():
             made.append(path)
+    dl = results.get("dledger") or {}
+    if dl.get("throughput") and dl.get("failover"):
+        from bench import dledger
+
+        dledger.plot(dl, out_dir / "dledger.png")
+        made.append(out_dir / "dledger.png")
     return made

@@ -110,6 +110,25 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
             )
     _, _, r = catchup_ratio(results)
     goal("issues 3, 8: slave catch-up / loopback limit", r, 0.8)
+    dl = results.get("dledger") or {}
+    for c in dl.get("throughput", []):
+        if c["system"] == "habroker_dledger":
+            goal(
+                f"issue 15: DLEDGER / classic SYNC produce, batch 32, {c['producers']} producer(s)",
+                c.get("ratio_to_sync"),
+                0.8,
+            )
+    defaults = (dl.get("failover") or {}).get("defaults")
+    if defaults:
+        out.append(
+            {
+                "goal": "issue 15: DLedger leader loss -> first accepted write, default timings, "
+                "worst round (seconds)",
+                "value": defaults["max"],
+                "target": 10.0,
+                "met": defaults["max"] <= 10.0,
+            }
+        )
     return out
 
 
@@ -128,6 +147,47 @@ def _mmm(entry: dict[str, Any] | None, digits: int = 0) -> str:
 
 def _x(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}x"
+
+
+def dledger_section(data: dict[str, Any]) -> list[str]:
+    lines = ["", "## DLedger groups (module `dledger`, also `python -m bench.dledger`)", ""]
+    if not data.get("throughput"):
+        reason = data.get("skipped") or data.get("error") or "not run"
+        return [*lines, f"Not measured in this run: {reason}."]
+    lines += [
+        "Produce, 1 KiB messages in batches of 32, the same load generator for both: a DLedger",
+        "group of three habroker peers (a quorum of two must hold each entry) beside a classic",
+        "SYNC master + slave.",
+        "",
+        "| system | producers | msgs/s | ratio to SYNC |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for c in data["throughput"]:
+        lines.append(
+            f"| {c['system']} | {c['producers']} | {_mmm(c['msgs_per_s'])} | "
+            f"{_x(c.get('ratio_to_sync'))} |"
+        )
+    lines += [
+        "",
+        "Leader loss: four single-message producers follow the leader; the leader is SIGKILLed "
+        "and restarted each round. Seconds from the kill to the first write another peer "
+        "accepted:",
+        "",
+        "| timings | rounds (s) | median s | max s | acknowledged | missing afterwards |",
+        "| --- | --- | ---: | ---: | ---: | --- |",
+    ]
+    for label, f in (data.get("failover") or {}).items():
+        timings = (
+            f["timings"]
+            if isinstance(f["timings"], str)
+            else ", ".join(f"{k}={v}" for k, v in f["timings"].items())
+        )
+        lines.append(
+            f"| {label}: {timings} | {', '.join(f'{x:.2f}' for x in f['pauseSeconds'])} | "
+            f"{f['median']:.2f} | {f['max']:.2f} | {f['acknowledged']} | "
+            f"{f['acknowledgedMissing']} |"
+        )
+    return [*lines, "", "Plot: `bench/results/dledger.png`."]
 
 
 def failover_section(path: Path | None = None) -> list[str]:
@@ -317,6 +377,7 @@ def markdown(results: dict[str, Any]) -> str:
             f"| {_f(ha)} | {_f(limit)} | {_x(r)} |",
         ]
     lines += failover_section()
+    lines += dledger_section(results.get("dledger") or {})
     notes = results.get("notes", [])
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]

@@ -18,9 +18,21 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from bench import catchup, common, lag, limits, plot, produce, pull, report, sync_async, systems
+from bench import (
+    catchup,
+    common,
+    dledger,
+    lag,
+    limits,
+    plot,
+    produce,
+    pull,
+    report,
+    sync_async,
+    systems,
+)
 
-MODULES = ("limits", "produce", "sync_async", "lag", "pull", "catchup")
+MODULES = ("limits", "produce", "sync_async", "lag", "pull", "catchup", "dledger")
 NEEDS_SERVERS = {"produce", "sync_async", "lag", "pull"}
 
 
@@ -137,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
                 "catchup",
                 lambda: catchup.run(settings, args.results_dir / "ha_catchup.json"),
             )
+        if "dledger" in wanted:
+            attempt("dledger", lambda: dledger.run(settings))
     finally:
         common.stop_all()
     meta["elapsed_s"] = time.monotonic() - started

@@ -449,8 +449,6 @@ class BrokerController:
                 put.result.wrote_offset,
                 ", ".join(DLedgerResponseCode.name_of(c) for c in sorted(codes)),
             )
-        if len(put.acks) < len(entries):
-            put.result.status = PutStatus.FLUSH_SLAVE_TIMEOUT
         return put.result
 
     def _metric_labels(self) -> tuple[str, str]:

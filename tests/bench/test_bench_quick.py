@@ -58,6 +58,13 @@ def test_quick_run(tmp_path: Path) -> None:
     assert lag["systems"]["habroker_async"]["runs"][0]["samples"] > 0
     pull = json.loads((results / "pull.json").read_text())
     assert pull["1"]["msgs_per_s"]["median"] > 0
+    dledger = json.loads((results / "dledger.json").read_text())
+    for cell in dledger["throughput"]:
+        assert cell["not_ok_requests"] == 0 and cell["msgs_per_s"]["median"] > 0, cell
+    for label, rounds in dledger["failover"].items():
+        assert rounds["pauseSeconds"] and rounds["acknowledged"] > 0, label
+        assert set(rounds["acknowledgedMissing"].values()) == {0}, rounds
+    assert (results / "dledger.png").exists()
     # nothing left running: every server was started by PID and stopped
     leftover = subprocess.run(
         ["pgrep", "-f", str(tmp_path)], capture_output=True, text=True

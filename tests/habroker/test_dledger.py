@@ -149,6 +149,20 @@ def test_peers_elect_one_leader_and_replicate_identical_entries(dledger_group, p
     )
 
 
+def test_a_sync_flush_group_acknowledges_what_a_quorum_flushed(dledger_group):
+    group = dledger_group(3, flushDiskType="SYNC_FLUSH", flushIntervalCommitLog=60_000)
+    leader = group.leader()
+    create_topic(group)
+    started = time.monotonic()
+    ids = produce(leader, "s", 80)  # ten requests; each waits for flushed copies
+    took = time.monotonic() - started
+    assert group.wait_converged() == 79
+    # the periodic flush is a minute away: only flushes the appends asked for can ack this fast
+    assert took < 30, took
+    group.stop()
+    assert [b.decode() for *_, b in log_entries(group.peers[0])] == ids
+
+
 def test_writes_refused_on_followers_and_without_quorum(dledger_group):
     group = dledger_group(3)
     leader = group.leader()

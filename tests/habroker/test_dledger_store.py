@@ -3,6 +3,7 @@ recovery (a missing index unit rebuilt, a torn tail cut), truncation and the che
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 from pathlib import Path
@@ -13,10 +14,12 @@ from habroker.dledger.entry import (
     INDEX_UNIT_SIZE,
     DLedgerEntry,
     decode,
+    entries_json,
     from_json_dict,
     to_json_dict,
 )
 from habroker.dledger.mmap_file_store import DLedgerMmapFileStore, DLedgerStoreError
+from habroker.dledger.protocol import encode
 
 FILE = 4096
 
@@ -54,6 +57,18 @@ def test_entries_and_index_units_are_laid_out_as_dledger_writes_them(tmp_path):
     assert struct.unpack_from(">iqiqq", index, 32) == (1, 61, 61, 1, 3)
     assert patched == [0, 61] and (first.pos, second.pos) == (0, 61)
     assert second.body[:8] == struct.pack(">q", 61 + 48)
+
+
+def test_a_batch_appended_to_an_empty_log_begins_at_its_first_entry(tmp_path):
+    store = open_store(tmp_path)
+    entries = store.append_batch_as_leader([b"a", b"b", b"c"], 1)
+    assert [e.index for e in entries] == [0, 1, 2]
+    assert (store.ledger_begin_index, store.ledger_end_index) == (0, 2)
+    follower = DLedgerMmapFileStore(tmp_path / "f", "n1", data_file_size=FILE)
+    follower.recover()
+    follower.append_batch_as_follower(entries, 1, "n0")
+    assert (follower.ledger_begin_index, follower.ledger_end_index) == (0, 2)
+    assert [follower.get(i) for i in range(3)] == entries
 
 
 def test_a_file_without_room_for_the_entry_and_8_bytes_ends_with_a_blank(tmp_path):
@@ -143,6 +158,18 @@ def test_an_entry_as_json_round_trips_and_decodes_from_disk(tmp_path):
     assert from_json_dict(as_json) == entry
     raw = store.read_data(entry.pos, entry.size)
     assert raw is not None and decode(raw) == entry
+    store.close()
+
+
+def test_a_push_built_from_the_files_is_the_json_of_its_entries(tmp_path):
+    store = open_store(tmp_path)
+    entries = store.append_batch_as_leader([b"one", bytes(range(256)), b""], 7)
+    body = {"group": "g", "type": "APPEND", "entry": None, "commitIndex": 1, "term": 7}
+    built = encode({**body, "batchEntry": entries_json(store.raw_entries(0, 64, 1 << 20))})
+    plain = encode({**body, "batchEntry": [to_json_dict(e) for e in entries]})
+    assert built == plain
+    assert json.loads(built)["batchEntry"][1]["size"] == 48 + 256
+    assert len(store.raw_entries(1, 1, 1 << 20)) == 1
     store.close()
 
 

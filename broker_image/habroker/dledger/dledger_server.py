@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,6 +95,8 @@ class DLedgerServer:
             self.flush,
         )
         self._flush_lock = asyncio.Lock()
+        self._flush_queued = False
+        self._background: set[asyncio.Future[None]] = set()
         self._flush_task: asyncio.Task[None] | None = None
         self._running = False
 
@@ -214,6 +216,14 @@ class DLedgerServer:
     ) -> tuple[DLedgerEntry, asyncio.Future[Body]]:
         """Append as leader; the future completes when a quorum has the entry (code 200) or
         with WAIT_QUORUM_ACK_TIMEOUT / TERM_CHANGED / NOT_LEADER."""
+        entries, ack = self.append_batch([body], hook)
+        return entries[0], ack
+
+    def append_batch(
+        self, bodies: Sequence[bytes], hook: AppendHook | None = None
+    ) -> tuple[list[DLedgerEntry], asyncio.Future[Body]]:
+        """Append several entries at once; one future, for the last (commits are in order,
+        so a quorum for the last is a quorum for all)."""
         st = self.state
         if not st.is_leader:
             raise NotLeader(RC.NOT_LEADER, st.leader_id)
@@ -221,8 +231,28 @@ class DLedgerServer:
             raise NotLeader(RC.LEADER_TRANSFERRING, st.transferee)
         if self.pusher.pending_full():
             raise NotLeader(RC.LEADER_PENDING_FULL, st.self_id)
-        entry = self.store.append_as_leader(body, st.term, hook)
-        return entry, self.pusher.wait_ack(entry)
+        entries = self.store.append_batch_as_leader(bodies, st.term, hook)
+        if self.settings.pusher.sync_flush:  # the leader's own copy counts once flushed
+            self._flush_soon()
+        return entries, self.pusher.wait_ack(entries[-1])
+
+    def _flush_soon(self) -> None:
+        if self._flush_lock.locked() and self._flush_queued:
+            return  # a flush after the running one is already on its way
+        self._flush_queued = True
+
+        async def run() -> None:
+            try:
+                async with self._flush_lock:
+                    self._flush_queued = False
+                    await self.store.flush_async()
+                self.pusher.wake_ack_checker()
+            except OSError as exc:
+                log.error("dledger %s: flush failed: %s", self.state.self_id, exc)
+
+        task = asyncio.ensure_future(run())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def flush(self) -> None:
         """Flush the data and index files (one flush at a time; callers share it)."""

@@ -11,6 +11,7 @@ the body as base64.
 from __future__ import annotations
 
 import base64
+import binascii
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -116,9 +117,31 @@ def to_json_dict(entry: DLedgerEntry) -> dict[str, Any]:
     }
 
 
+class RawJSON(str):
+    """JSON text already encoded (entries of a push, built from the files without decoding
+    them); :func:`habroker.dledger.protocol.encode` writes it as it is."""
+
+
+def entries_json(raw_entries: list[memoryview]) -> RawJSON:
+    """A JSON array of entries, as :func:`to_json_dict` would encode them, straight from
+    their bytes in the data files."""
+    parts = []
+    for raw in raw_entries:
+        magic, size, index, term, pos, channel, chain_crc, body_crc, body_len = _HEADER.unpack_from(
+            raw, 0
+        )
+        body = binascii.b2a_base64(raw[BODY_OFFSET : BODY_OFFSET + body_len], newline=False)
+        parts.append(
+            f'{{"body":"{body.decode("ascii")}","bodyCrc":{body_crc},"chainCrc":{chain_crc},'
+            f'"channel":{channel},"index":{index},"magic":{magic},"pos":{pos},"size":{size},'
+            f'"term":{term}}}'
+        )
+    return RawJSON("[" + ",".join(parts) + "]")
+
+
 def from_json_dict(data: dict[str, Any]) -> DLedgerEntry:
     body_text = data.get("body")
-    body = base64.b64decode(body_text) if body_text else b""
+    body = binascii.a2b_base64(body_text) if body_text else b""
     return DLedgerEntry(
         index=int(data.get("index", -1)),
         term=int(data.get("term", -1)),

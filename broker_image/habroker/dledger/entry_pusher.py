@@ -23,7 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from habroker.dledger.entry import DLedgerEntry, same_entry
+from habroker.dledger.entry import DLedgerEntry, entries_json, same_entry
+from habroker.dledger.entry import decode as decode_entry
 from habroker.dledger.member_state import MemberState
 from habroker.dledger.protocol import (
     Body,
@@ -56,9 +57,10 @@ class DLedgerStore(Protocol):
     @property
     def flushed_index(self) -> int: ...
     def get(self, index: int) -> DLedgerEntry | None: ...
-    def append_as_follower(
-        self, entry: DLedgerEntry, leader_term: int, leader_id: str
-    ) -> DLedgerEntry: ...
+    def raw_entries(self, first: int, max_count: int, max_bytes: int) -> list[memoryview]: ...
+    def append_batch_as_follower(
+        self, entries: Sequence[DLedgerEntry], leader_term: int, leader_id: str
+    ) -> None: ...
     def truncate(self, entry: DLedgerEntry, leader_term: int, leader_id: str) -> int: ...
     def update_committed_index(self, term: int, index: int) -> None: ...
 
@@ -321,9 +323,7 @@ class EntryDispatcher:
             self.compare_index = -1
         self.type = target
 
-    def _request(
-        self, push_type: PushType, entry: DLedgerEntry | None, batch: Sequence[DLedgerEntry] = ()
-    ) -> Body:
+    def _request(self, push_type: PushType, entry: DLedgerEntry | None) -> Body:
         st = self.pusher.state
         return push_request(
             st.group,
@@ -333,7 +333,6 @@ class EntryDispatcher:
             push_type=push_type,
             commit_index=self.pusher.store.committed_index,
             entry=entry,
-            batch=batch,
         )
 
     async def run(self) -> None:
@@ -375,38 +374,37 @@ class EntryDispatcher:
         while self.write_index <= store.ledger_end_index:
             if len(self.inflight) >= cfg.max_pending_pushes:
                 return
-            batch: list[DLedgerEntry] = []
-            size = 0
-            while (
-                self.write_index + len(batch) <= store.ledger_end_index
-                and len(batch) < cfg.max_batch_entries
-                and size < cfg.max_batch_bytes
-            ):
-                entry = store.get(self.write_index + len(batch))
-                if entry is None:
-                    if self.write_index + len(batch) < store.ledger_begin_index:
-                        self._change(-1, PushType.COMPARE)
-                        return
-                    break
-                batch.append(entry)
-                size += entry.size
-            if not batch:
+            index = self.write_index
+            if index < store.ledger_begin_index:
+                self._change(-1, PushType.COMPARE)
                 return
-            self._send_append(batch)
-            self.write_index += len(batch)
+            raw = store.raw_entries(index, cfg.max_batch_entries, cfg.max_batch_bytes)
+            if not raw:
+                return
+            self._send_append(index, raw)
+            self.write_index += len(raw)
         if _now_ms() - self.last_commit_push > 1000:
             self.last_commit_push = _now_ms()
             self._spawn(self._request(PushType.COMMIT, None), None)
 
-    def _send_append(self, batch: list[DLedgerEntry]) -> None:
-        if len(batch) == 1:
-            request = self._request(PushType.APPEND, batch[0])
+    def _send_append(self, first: int, raw: list[memoryview]) -> None:
+        if len(raw) == 1:  # one entry travels as ``entry``, as a Java leader sends it
+            request = self._request(PushType.APPEND, decode_entry(raw[0]))
         else:
-            request = self._request(PushType.APPEND, None, batch)
-        self.inflight[batch[0].index] = (_now_ms(), len(batch))
+            request = self._request(PushType.APPEND, None)
+            # batchEntry and the getters Java writes beside it (PushEntryRequest)
+            request.update(
+                batchEntry=entries_json(raw),
+                batch=True,
+                count=len(raw),
+                firstEntryIndex=first,
+                lastEntryIndex=first + len(raw) - 1,
+                totalSize=sum(len(entry) for entry in raw),
+            )
+        self.inflight[first] = (_now_ms(), len(raw))
         self.last_commit_push = _now_ms()
         self.pushes += 1
-        self._spawn(request, (batch[0].index, len(batch)))
+        self._spawn(request, (first, len(raw)))
 
     def _spawn(self, request: Body, span: tuple[int, int] | None) -> None:
         term = self.term
@@ -662,10 +660,9 @@ class EntryHandler:
         request = waiting.request
         try:
             self._check(request)
-            for entry in push_entries(request):
-                self.pusher.store.append_as_follower(
-                    entry, term_of(request), str(request.get("leaderId"))
-                )
+            self.pusher.store.append_batch_as_follower(
+                push_entries(request), term_of(request), str(request.get("leaderId"))
+            )
             return True
         except _Refused as exc:
             waiting.future.set_result(self._response(request, exc.code))

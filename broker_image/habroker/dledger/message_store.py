@@ -190,30 +190,22 @@ class DLedgerMessageStore(MessageStore):
             sys_flag=sys_flag,
             reconsume_times=reconsume_times,
         )
-        offsets: list[int] = []
-        acks: list[asyncio.Future[Body]] = []
-        queue_offset = plan.queue_offset
-        for entry in entries:
+        bodies = []
+        for i, entry in enumerate(entries):
             parts, _ = encode_records(
                 plan.topic_tail,
                 queue_id,
                 [entry],
-                queue_offset,
+                plan.queue_offset + i,
                 plan.shared,
                 plan.record_base,
                 0,
             )
-            try:
-                appended, ack = self.dledger.append(b"".join(parts), _patch_physical_offset)
-            except Exception:
-                if not offsets:
-                    raise
-                # the rest of the batch is refused; what is appended keeps its queue offsets
-                log.warning("a batch was cut after %d of %d messages", len(offsets), len(entries))
-                break
-            offsets.append(record_offset(appended.pos))
-            acks.append(ack)
-            queue_offset += 1
+            bodies.append(b"".join(parts))
+        appended, ack = self.dledger.append_batch(bodies, _patch_physical_offset)
+        offsets = [record_offset(e.pos) for e in appended]
+        acks = [ack]
+        queue_offset = plan.queue_offset + len(appended)
         self._queue_offsets[(topic, queue_id)] = queue_offset
         first = offsets[0]
         result = PutResult(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from habroker.dledger.entry import (
@@ -261,65 +261,116 @@ class DLedgerMmapFileStore:
             )
 
     # -- data ------------------------------------------------------------------------------------
-    def _pre_append(self, size: int) -> int:
-        """Where an entry of ``size`` bytes goes, closing the last file with a blank when the
-        entry plus 8 bytes does not fit (MmapFileList.preAppend)."""
-        file_size = self.data.file_size
-        if size + MIN_BLANK_LEN > file_size:
-            raise DLedgerStoreError(
-                DLedgerResponseCode.DISK_ERROR,
-                f"an entry of {size} bytes does not fit a data file of {file_size} bytes",
-            )
-        mf = self.data.last_writable(0)
-        remaining = file_size - mf.wrote_position
-        if size + MIN_BLANK_LEN > remaining:
-            blank = BLANK_MAGIC_CODE.to_bytes(4, "big", signed=True) + remaining.to_bytes(4, "big")
-            mf.append(blank)
-            mf.wrote_position = file_size
-            mf = self.data.last_writable(0)
-        return mf.wrote_offset
-
-    def _write_data(self, pos: int, data: bytearray) -> None:
-        mf = self.data.last
-        if mf is None or mf.wrote_offset != pos or not mf.append(data):
-            raise DLedgerStoreError(
-                DLedgerResponseCode.DISK_ERROR, f"entry data not written at {pos}"
-            )
-
     def append_as_leader(
         self, body: bytes, term: int, hook: AppendHook | None = None
     ) -> DLedgerEntry:
-        index = self.ledger_end_index + 1
-        entry = DLedgerEntry(index, term, body)
-        entry.pos = self._pre_append(entry.size)
-        data = entry.encode()
-        if hook is not None:
-            hook(entry, data)
-            entry.body = bytes(data[BODY_OFFSET:])
-        self._write_data(entry.pos, data)
-        self._append_index(entry.magic, entry.pos, entry.size, index, term)
-        self._appended(entry)
-        return entry
+        return self.append_batch_as_leader([body], term, hook)[0]
+
+    def append_batch_as_leader(
+        self, bodies: Sequence[bytes], term: int, hook: AppendHook | None = None
+    ) -> list[DLedgerEntry]:
+        """Entries for ``bodies`` at the end of the log, in this term; ``hook`` sees each
+        encoded entry (with its position) before it is written."""
+        first = self.ledger_end_index + 1
+        entries = [DLedgerEntry(first + i, term, body) for i, body in enumerate(bodies)]
+        self._lay_down(entries, hook, assign=True)
+        return entries
 
     def append_as_follower(
         self, entry: DLedgerEntry, leader_term: int, leader_id: str
     ) -> DLedgerEntry:
-        if entry.index != self.ledger_end_index + 1:
+        self.append_batch_as_follower([entry], leader_term, leader_id)
+        return entry
+
+    def append_batch_as_follower(
+        self, entries: Sequence[DLedgerEntry], leader_term: int, leader_id: str
+    ) -> None:
+        """The leader's entries, which must follow this log's end and land where the leader
+        put them."""
+        expected = self.ledger_end_index + 1
+        for i, entry in enumerate(entries):
+            if entry.index != expected + i:
+                raise DLedgerStoreError(
+                    DLedgerResponseCode.INCONSISTENT_INDEX,
+                    f"entry {entry.index} pushed by {leader_id}, expected {expected + i}",
+                )
+        self._lay_down(entries, None, assign=False)
+
+    def _lay_down(
+        self, entries: Sequence[DLedgerEntry], hook: AppendHook | None, *, assign: bool
+    ) -> None:
+        """Write ``entries`` with as few writes as the file boundaries allow (a blank closes a
+        file that cannot take the next entry plus 8 bytes), then their index units."""
+        if not entries:
+            return
+        file_size = self.data.file_size
+        mf = self.data.last_writable(0)
+        rel = mf.wrote_position
+        chunk = bytearray()
+        units = bytearray()
+        done: list[DLedgerEntry] = []
+        try:
+            for entry in entries:
+                size = entry.size
+                if size + MIN_BLANK_LEN > file_size:
+                    raise DLedgerStoreError(
+                        DLedgerResponseCode.DISK_ERROR,
+                        f"an entry of {size} bytes does not fit a data file of {file_size} bytes",
+                    )
+                if size + MIN_BLANK_LEN > file_size - rel:
+                    remaining = file_size - rel
+                    chunk += BLANK_MAGIC_CODE.to_bytes(4, "big", signed=True)
+                    chunk += remaining.to_bytes(4, "big")
+                    self._write_chunk(mf, chunk)
+                    mf.wrote_position = file_size
+                    chunk = bytearray()
+                    mf = self.data.last_writable(0)
+                    rel = 0
+                pos = mf.file_from_offset + rel
+                if assign:
+                    entry.pos = pos
+                elif entry.pos != pos:
+                    raise DLedgerStoreError(
+                        DLedgerResponseCode.DISK_ERROR,
+                        f"entry {entry.index} belongs at {entry.pos} but would land at {pos}; "
+                        "do the peers share mappedFileSizeCommitLog?",
+                    )
+                data = entry.encode()
+                if hook is not None:
+                    hook(entry, data)
+                    entry.body = bytes(data[BODY_OFFSET:])
+                chunk += data
+                units += encode_index(pos, size, entry.magic, entry.index, entry.term)
+                rel += size
+                done.append(entry)
+        finally:
+            if chunk:
+                self._write_chunk(mf, chunk)
+            if done:
+                self._append_index_units(done[0].index, units[: len(done) * INDEX_UNIT_SIZE])
+                if self.ledger_begin_index == -1:
+                    self.ledger_begin_index = done[0].index
+                self._appended(done[-1])
+
+    def _write_chunk(self, mf: MappedFile, chunk: bytearray) -> None:
+        if not mf.append(chunk):
             raise DLedgerStoreError(
-                DLedgerResponseCode.INCONSISTENT_INDEX,
-                f"entry {entry.index} pushed by {leader_id}, the log ends at {self.ledger_end_index}",
+                DLedgerResponseCode.DISK_ERROR, f"{len(chunk)} bytes not written to {mf.path}"
             )
-        pos = self._pre_append(entry.size)
-        if pos != entry.pos:
+
+    def _append_index_units(self, first: int, units: bytearray) -> None:
+        expected = first * INDEX_UNIT_SIZE
+        if self.index.max_offset != expected:
             raise DLedgerStoreError(
                 DLedgerResponseCode.DISK_ERROR,
-                f"entry {entry.index} belongs at {entry.pos} but would land at {pos}; "
-                "do the peers share mappedFileSizeCommitLog?",
+                f"index unit of entry {first} would land at {self.index.max_offset}, not {expected}",
             )
-        self._write_data(pos, entry.encode())
-        self._append_index(entry.magic, pos, entry.size, entry.index, entry.term)
-        self._appended(entry)
-        return entry
+        view = memoryview(units)
+        while view:
+            mf = self.index.last_writable(self.index.max_offset)
+            room = mf.file_size - mf.wrote_position
+            mf.append(view[:room])
+            view = view[room:]
 
     def _appended(self, entry: DLedgerEntry) -> None:
         self.ledger_end_index = entry.index
@@ -352,15 +403,12 @@ class DLedgerMmapFileStore:
             )
         self.data.truncate_dirty(cut)
         self._cut_index(entry.index * INDEX_UNIT_SIZE)
-        if not existed:
-            if self._pre_append(entry.size) != entry.pos:
-                raise DLedgerStoreError(
-                    DLedgerResponseCode.DISK_ERROR, f"entry {entry.index} cannot go at {entry.pos}"
-                )
-            self._write_data(entry.pos, entry.encode())
-        self._append_index(entry.magic, entry.pos, entry.size, entry.index, entry.term)
-        self.ledger_end_index = entry.index
-        self.ledger_end_term = entry.term
+        self.ledger_end_index = entry.index - 1
+        if existed:
+            self._append_index(entry.magic, entry.pos, entry.size, entry.index, entry.term)
+            self._appended(entry)
+        else:
+            self._lay_down([entry], None, assign=False)
         self.flushed_index = min(self.flushed_index, entry.index - (0 if existed else 1))
         self._revise_begin_index()
         if self.committed_index > entry.index:
@@ -402,6 +450,26 @@ class DLedgerMmapFileStore:
                 f"entry {index}: index unit says pos {pos}, the entry says {entry.pos}/{entry.index}",
             )
         return entry
+
+    def raw_entries(self, first: int, max_count: int, max_bytes: int) -> list[memoryview]:
+        """Entries from ``first`` (at most ``max_count``, about ``max_bytes``) as views of
+        the data files: read them before anything is appended or cut."""
+        out: list[memoryview] = []
+        size_sum = 0
+        index = first
+        while index <= self.ledger_end_index and len(out) < max_count and size_sum < max_bytes:
+            where = self._pos_and_size(index)
+            if where is None:
+                break
+            data = self._slice(*where)
+            if data is None:
+                raise DLedgerStoreError(
+                    DLedgerResponseCode.DISK_ERROR, f"entry {index} at {where[0]} unreadable"
+                )
+            out.append(data)
+            size_sum += where[1]
+            index += 1
+        return out
 
     def _slice(self, pos: int, size: int) -> memoryview | None:
         mf = self.data.find(pos)

@@ -12,11 +12,10 @@ them, and parsing accepts whatever extra getters-turned-fields Java adds (``batc
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from enum import IntEnum, StrEnum
 from typing import Any
 
-from habroker.dledger.entry import DLedgerEntry, from_json_dict, to_json_dict
+from habroker.dledger.entry import DLedgerEntry, RawJSON, from_json_dict, to_json_dict
 
 Body = dict[str, Any]
 
@@ -100,11 +99,22 @@ class PushType(StrEnum):
 
 
 # -- bodies ------------------------------------------------------------------------------------
+_RAW = "\u0000raw\u0000"
+
+
 def encode(body: Body) -> bytes:
-    """fastjson's form: nulls left out, keys in name order (fastjson sorts bean fields)."""
-    return json.dumps(
-        {k: v for k, v in sorted(body.items()) if v is not None}, separators=(",", ":")
-    ).encode()
+    """fastjson's form: nulls left out, keys in name order (fastjson sorts bean fields).
+    A :class:`RawJSON` value (a push's entries) goes in as it is."""
+    raw = [v for v in body.values() if isinstance(v, RawJSON)]
+    fields = {
+        k: (_RAW if isinstance(v, RawJSON) else v) for k, v in sorted(body.items()) if v is not None
+    }
+    text = json.dumps(fields, separators=(",", ":"))
+    if raw:
+        marker = json.dumps(_RAW)
+        head, *rest = text.split(marker)
+        text = head + "".join(str.__str__(r) + tail for r, tail in zip(raw, rest, strict=True))
+    return text.encode()
 
 
 def decode(raw: bytes | bytearray | memoryview | None) -> Body:
@@ -164,26 +174,25 @@ def push_request(
     push_type: PushType,
     commit_index: int,
     entry: DLedgerEntry | None = None,
-    batch: Sequence[DLedgerEntry] = (),
 ) -> Body:
-    """A PUSH: one ``entry``, or a ``batch`` (``batchEntry``), or neither (COMMIT).
+    """A PUSH of one ``entry``, or of none (COMMIT; a batch sets ``batchEntry`` after).
 
     Java writes PushEntryRequest's getters too: ``batch`` (batchEntry not empty), ``count``,
     ``firstEntryIndex`` and ``lastEntryIndex`` (-1 without entries) and ``totalSize`` (the sizes
-    of the batch's entries; 0 for a single ``entry``); the bodies here carry them the same way.
+    of a batch's entries; 0 for a single ``entry``); the bodies here carry them the same way.
     """
     body = base(group, local_id=local_id, remote_id=remote_id, leader_id=local_id, term=term)
-    carried = list(batch) or ([entry] if entry is not None else [])
+    index = -1 if entry is None else entry.index
     body.update(
         type=push_type.value,
         commitIndex=commit_index,
-        entry=None if entry is None or batch else to_json_dict(entry),
-        batchEntry=[to_json_dict(e) for e in batch],
-        batch=bool(batch),
-        count=len(carried),
-        firstEntryIndex=carried[0].index if carried else -1,
-        lastEntryIndex=carried[-1].index if carried else -1,
-        totalSize=sum(e.size for e in batch),
+        entry=None if entry is None else to_json_dict(entry),
+        batchEntry=[],
+        batch=False,
+        count=0 if entry is None else 1,
+        firstEntryIndex=index,
+        lastEntryIndex=index,
+        totalSize=0,
     )
     return body
 
