@@ -10,7 +10,8 @@ follows); then one follower is killed, its store wiped, and restarted, so the le
 last and is every peer's ``preferredLeaderId``: the first leader hands it leadership.  The first
 exchange of each kind is written as ``<kind>.json``: request and answer, each with its remoting
 header (parsed and as sent) and its body as sent.  ``tests/interop/test_dledger_fixtures.py``
-checks habroker's DLedger protocol against these files without Java.
+checks habroker's DLedger protocol against these files without Java.  A second, short run with
+``enableBatchPush=true`` adds ``push-append-batch-200.json`` (a push of several entries).
 """
 
 from __future__ import annotations
@@ -56,7 +57,9 @@ def kind_of(exchange: Exchange) -> str:
     if request.code == HEART_BEAT:
         return f"heartbeat-{code}"
     if request.code == PUSH:
-        return f"push-{str(request.body_json().get('type')).lower()}-{code}"
+        body = request.body_json()
+        batch = "-batch" if body.get("batch") else ""
+        return f"push-{str(body.get('type')).lower()}{batch}-{code}"
     if request.code == LEADERSHIP_TRANSFER:
         return f"leadership-transfer-{code}"
     return f"code{request.code}-{code}"
@@ -90,7 +93,7 @@ def fixture(exchange: Exchange, kind: str) -> dict[str, Any]:
     }
 
 
-def produce(ns: NetNS, count: int, timeout: float = 60.0) -> None:
+def produce(ns: NetNS, count: int, timeout: float = 60.0, mode: str = "sync") -> None:
     """The Java producer, until ``count`` sends came back SEND_OK (the route appears once the
     leader registered as master)."""
     deadline = time.monotonic() + timeout
@@ -111,6 +114,8 @@ def produce(ns: NetNS, count: int, timeout: float = 60.0) -> None:
             "text",
             "--tags",
             "dledger",
+            "--mode",
+            mode,
             check=False,
         )
         sends = events_of(events, "send")
@@ -157,6 +162,33 @@ def capture(root: Path, out: Path) -> list[Path]:
                 chosen.setdefault(kind_of(exchange), exchange)
         for broker in brokers.values():
             broker.kill()
+    return write(out, chosen)
+
+
+def capture_batch(root: Path) -> dict[str, Exchange]:
+    """Three Java peers with ``enableBatchPush=true`` (DLedger's isEnableBatchPush; RocketMQ
+    leaves it off): the leader pushes ``batchEntry`` lists.  The first batch APPEND of several
+    entries, with its answer."""
+    routes = {
+        peer: (int(address.rpartition(":")[2]) + 1000, address) for peer, address in PEERS.items()
+    }
+    with NetNS(root / "netns") as ns, Recorder(ns, routes) as recorder:
+        JavaNameServer(ns, root / "namesrv").start()
+        brokers = start_dledger_group(ns, root, via=recorder.via, extra={"enableBatchPush": True})
+        wait_leader(brokers.values(), followers=2)
+        produce(ns, 40, mode="async")
+        found = recorder.wait_for(
+            lambda x: (
+                kind_of(x) == "push-append-batch-200"
+                and len(x.request.body_json()["batchEntry"]) > 1
+            )
+        )
+        for broker in brokers.values():
+            broker.kill()
+    return {"push-append-batch-200": found[0]}
+
+
+def write(out: Path, chosen: dict[str, Exchange]) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for kind, exchange in sorted(chosen.items()):
@@ -173,7 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="dledger-capture-"))
     try:
-        for path in capture(root, args.out):
+        for path in capture(root / "main", args.out):
+            print(path)
+        for path in write(args.out, capture_batch(root / "batch")):
             print(path)
     finally:
         if args.keep:

@@ -14,8 +14,8 @@ from typing import Any, cast
 
 import pytest
 from habroker.dledger.entry import decode as decode_entry
-from habroker.dledger.entry import same_entry, to_json_dict
-from habroker.dledger.entry_pusher import EntryHandler
+from habroker.dledger.entry import entries_json, same_entry, to_json_dict
+from habroker.dledger.entry_pusher import EntryDispatcher, EntryHandler
 from habroker.dledger.leader_elector import DLedgerLeaderElector
 from habroker.dledger.member_state import MemberState, Role
 from habroker.dledger.protocol import (
@@ -29,7 +29,6 @@ from habroker.dledger.protocol import (
     decode,
     encode,
     push_entries,
-    push_request,
 )
 from habroker.dledger.rpc_service import DLedgerRpcService
 
@@ -127,13 +126,21 @@ def test_push_requests_and_answers(name: str) -> None:
     answer = json.loads(body_of(fixture["response"]))
     assert request["type"] == name.split("-")[1].upper()
     assert request["leaderId"] == request["localId"]
-    assert request["batch"] is False and request["batchEntry"] == []
-    assert request["totalSize"] == 0
     entry = request.get("entry")
-    if request["type"] == "COMMIT":
+    if request["batch"]:  # enableBatchPush: the entries as a list, no ``entry``
+        batch = request["batchEntry"]
+        assert entry is None and len(batch) > 1 and request["count"] == len(batch)
+        assert request["firstEntryIndex"] == batch[0]["index"] == answer["index"]
+        assert request["lastEntryIndex"] == batch[-1]["index"]
+        assert [e["index"] for e in batch] == list(range(batch[0]["index"], batch[-1]["index"] + 1))
+        assert request["totalSize"] == sum(e["size"] for e in batch)
+        assert answer["count"] == len(batch)
+    elif request["type"] == "COMMIT":
+        assert request["batchEntry"] == [] and request["totalSize"] == 0
         assert entry is None and request["count"] == 0
         assert request["firstEntryIndex"] == request["lastEntryIndex"] == -1
     else:
+        assert request["batchEntry"] == [] and request["totalSize"] == 0
         assert entry is not None and request["count"] == 1
         assert request["firstEntryIndex"] == request["lastEntryIndex"] == entry["index"]
         assert answer["index"] == entry["index"]
@@ -144,13 +151,14 @@ def test_push_requests_and_answers(name: str) -> None:
 
 @pytest.mark.parametrize("name", [n for n in NAMES if n.startswith("push-") and "commit" not in n])
 def test_entries_hold_a_rocketmq_message(name: str) -> None:
-    entry = json.loads(body_of(load(name)["request"]))["entry"]
-    body = base64.b64decode(entry["body"])
-    assert entry["magic"] == 1 and entry["channel"] == 0
-    assert entry["bodyCrc"] == 0 and entry["chainCrc"] == 0
-    assert entry["size"] == ENTRY_HEADER + len(body)
-    assert int.from_bytes(body[:4], "big") == len(body)  # the message's TOTALSIZE
-    assert int.from_bytes(body[4:8], "big") == MESSAGE_MAGIC_V1
+    request = json.loads(body_of(load(name)["request"]))
+    for entry in request["batchEntry"] or [request["entry"]]:
+        body = base64.b64decode(entry["body"])
+        assert entry["magic"] == 1 and entry["channel"] == 0
+        assert entry["bodyCrc"] == 0 and entry["chainCrc"] == 0
+        assert entry["size"] == ENTRY_HEADER + len(body)
+        assert int.from_bytes(body[:4], "big") == len(body)  # the message's TOTALSIZE
+        assert int.from_bytes(body[4:8], "big") == MESSAGE_MAGIC_V1
 
 
 def test_an_empty_follower_answers_compare_with_inconsistent_state_then_truncates_at_0() -> None:
@@ -222,15 +230,20 @@ def test_decode_then_encode_gives_the_same_bytes(name: str) -> None:
 @pytest.mark.parametrize("name", [n for n in NAMES if n.startswith("push-") and "commit" not in n])
 def test_entries_round_trip_through_our_entry(name: str) -> None:
     request = decode(body_of(load(name)["request"]))
-    (entry,) = push_entries(request)
-    assert to_json_dict(entry) == request["entry"]
-    assert json.dumps(to_json_dict(entry), separators=(",", ":")) == json.dumps(
-        request["entry"], separators=(",", ":")
-    )
-    raw = entry.encode()
-    assert len(raw) == entry.size
-    again = decode_entry(bytes(raw))
-    assert same_entry(entry, again) and again.pos == entry.pos
+    as_sent = request["batchEntry"] or [request["entry"]]
+    entries = push_entries(request)
+    assert [to_json_dict(entry) for entry in entries] == as_sent
+    for entry, sent in zip(entries, as_sent, strict=True):
+        assert json.dumps(to_json_dict(entry), separators=(",", ":")) == json.dumps(
+            sent, separators=(",", ":")
+        )
+        raw = entry.encode()
+        assert len(raw) == entry.size
+        again = decode_entry(bytes(raw))
+        assert same_entry(entry, again) and again.pos == entry.pos
+    if request["batch"]:  # entries_json builds the list straight from the entries' bytes
+        raws = [memoryview(bytes(entry.encode())) for entry in entries]
+        assert json.loads(str(entries_json(raws))) == as_sent
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if n.startswith("heartbeat-")])
@@ -285,19 +298,26 @@ def test_our_vote_request_and_answer(name: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", [n for n in NAMES if n.startswith("push-")])
 def test_our_push_request(name: str) -> None:
+    """What our leader's EntryDispatcher sends: APPENDs through ``_send_append`` (entries as
+    they lie in the data files; several make a batch), the others through ``_request``."""
     fixture = load(name)
     request = decode(body_of(fixture["request"]))
     entries = push_entries(request)
-    ours = push_request(
-        request["group"],
-        local_id=request["localId"],
-        remote_id=request["remoteId"],
-        term=request["term"],
-        push_type=PushType(request["type"]),
-        commit_index=request["commitIndex"],
-        entry=entries[0] if entries else None,
+    pusher = SimpleNamespace(
+        state=SimpleNamespace(group=request["group"], self_id=request["localId"]),
+        store=SimpleNamespace(committed_index=request["commitIndex"]),
     )
-    assert encode(ours) == body_of(fixture["request"])
+    dispatcher = EntryDispatcher(cast(Any, pusher), request["remoteId"])
+    dispatcher.term = request["term"]
+    sent: list[Body] = []
+    setattr(dispatcher, "_spawn", lambda body, span: sent.append(body))  # noqa: B010
+    push_type = PushType(request["type"])
+    if push_type == PushType.APPEND:
+        raws = [memoryview(bytes(entry.encode())) for entry in entries]
+        dispatcher._send_append(entries[0].index, raws)
+    else:
+        sent.append(dispatcher._request(push_type, entries[0] if entries else None))
+    assert [encode(body) for body in sent] == [body_of(fixture["request"])]
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if n.startswith("push-")])

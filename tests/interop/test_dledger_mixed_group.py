@@ -230,9 +230,13 @@ def same_entries(peers: Sequence[Peer], at_least: int) -> Callable[[], tuple[boo
 
 
 def _kind(exchange: Exchange) -> str:
+    """Request code, PUSH type, and ``/batch`` for a push of ``batchEntry`` (Java 4.9.7 peers
+    push one ``entry`` at a time unless enableBatchPush; habroker batches what is waiting)."""
     request = exchange.request
-    push_type = request.body_json().get("type") if request.code == PUSH else None
-    return f"{request.code}{'/' + str(push_type) if push_type else ''}"
+    if request.code != PUSH:
+        return str(request.code)
+    body = request.body_json()
+    return f"{request.code}/{body.get('type')}{'/batch' if body.get('batch') else ''}"
 
 
 def check_habroker_frames(exchanges: Sequence[Exchange]) -> set[str]:
