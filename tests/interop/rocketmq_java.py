@@ -204,6 +204,16 @@ class NetNS:
             stdin=subprocess.DEVNULL,
         )
 
+    def enter(self) -> None:
+        """Move the calling thread (only it) into the namespace: for a fresh thread of ours."""
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            if _libc.setns(fd, _CLONE_NEWNET) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"setns({self.path}): {os.strerror(err)}")
+        finally:
+            os.close(fd)
+
     def call(self, fn: Callable[[], T], timeout: float = 60.0) -> T:
         """Run ``fn()`` on a thread inside the namespace; its result or exception comes back."""
         result: list[T] = []
@@ -211,13 +221,7 @@ class NetNS:
 
         def body() -> None:
             try:
-                fd = os.open(self.path, os.O_RDONLY)
-                try:
-                    if _libc.setns(fd, _CLONE_NEWNET) != 0:
-                        err = ctypes.get_errno()
-                        raise OSError(err, f"setns({self.path}): {os.strerror(err)}")
-                finally:
-                    os.close(fd)
+                self.enter()
                 result.append(fn())
             except BaseException as exc:  # handed to the caller's thread
                 error.append(exc)

@@ -194,6 +194,19 @@ class DLedgerServer:
                 if self.store.ledger_end_index >= target:
                     break
                 await asyncio.sleep(0.01)
+            else:
+                # still behind: a candidate with a shorter log cannot win, and with a term above
+                # the leader's it would refuse the leader's pushes and never catch up (a Java
+                # leader keeps leading as long as a majority answers its heartbeats).  Stay a
+                # follower; the leader asks again (a Java leader every second).
+                log.info(
+                    "dledger %s: not taking leadership from %s: ledger end %d < %d",
+                    st.self_id,
+                    request.get("transferId"),
+                    self.store.ledger_end_index,
+                    target,
+                )
+                return {"code": int(RC.TAKE_LEADERSHIP_FAILED), "term": st.term}
             return await self.elector.handle_take_leadership(request)
         return answer(request, RC.UNEXPECTED_ARGUMENT, term=st.term)
 

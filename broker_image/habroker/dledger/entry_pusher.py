@@ -31,7 +31,6 @@ from habroker.dledger.protocol import (
     DLedgerRequestCode,
     DLedgerResponseCode,
     PushType,
-    answer,
     code_of,
     push_entries,
     push_request,
@@ -393,7 +392,15 @@ class EntryDispatcher:
             request = self._request(PushType.APPEND, decode_entry(raw[0]))
         else:
             request = self._request(PushType.APPEND, None)
-            request["batchEntry"] = entries_json(raw)
+            # batchEntry and the getters Java writes beside it (PushEntryRequest)
+            request.update(
+                batchEntry=entries_json(raw),
+                batch=True,
+                count=len(raw),
+                firstEntryIndex=first,
+                lastEntryIndex=first + len(raw) - 1,
+                totalSize=sum(len(entry) for entry in raw),
+            )
         self.inflight[first] = (_now_ms(), len(raw))
         self.last_commit_push = _now_ms()
         self.pushes += 1
@@ -530,14 +537,15 @@ class EntryHandler:
         self.wake = asyncio.Event()
 
     def _response(self, request: Body, code: int) -> Body:
+        """PushEntryResponse as the Java follower builds it: the request's group and term, no
+        ids; ``index`` (the first entry's) and ``count`` except for COMMIT (count 0)."""
         store = self.pusher.store
-        out = answer(request, code)
-        out["leaderId"] = request.get("leaderId")
+        out: Body = {"group": request.get("group"), "term": term_of(request), "code": int(code)}
+        out["count"] = 0
         if request.get("type") != PushType.COMMIT:
             entries = push_entries(request)
-            if entries:
-                out["index"] = entries[0].index
-                out["count"] = len(entries)
+            out["index"] = entries[0].index if entries else -1
+            out["count"] = len(entries)
         out["beginIndex"] = store.ledger_begin_index
         out["endIndex"] = store.ledger_end_index
         return out

@@ -177,7 +177,8 @@ class DLedgerLeaderElector:
         return self._hb(DLedgerResponseCode.TERM_NOT_READY)
 
     def _hb(self, code: DLedgerResponseCode, term: int = -1) -> Body:
-        return base(self.state.group, term=term, code=code)
+        """HeartBeatResponse as Java answers it: only code and term (no group, no ids)."""
+        return {"code": int(code), "term": term}
 
     async def _send_heartbeats(self, term: int, leader_id: str) -> None:
         st = self.state
@@ -482,8 +483,8 @@ class DLedgerLeaderElector:
         target, fut = self._take_leadership
         if fut.done():
             return
-        st = self.state
-        body = base(st.group, local_id=st.self_id, leader_id=st.leader_id, term=term)
+        # as Java's transferee answers: only code and term
+        body: Body = {"code": int(DLedgerResponseCode.SUCCESS), "term": term}
         if term > target:
             body["code"] = int(DLedgerResponseCode.EXPIRED_TERM)
         elif term == target and role == Role.LEADER:

@@ -175,12 +175,24 @@ def push_request(
     commit_index: int,
     entry: DLedgerEntry | None = None,
 ) -> Body:
+    """A PUSH of one ``entry``, or of none (COMMIT; a batch sets ``batchEntry`` after).
+
+    Java writes PushEntryRequest's getters too: ``batch`` (batchEntry not empty), ``count``,
+    ``firstEntryIndex`` and ``lastEntryIndex`` (-1 without entries) and ``totalSize`` (the sizes
+    of a batch's entries; 0 for a single ``entry``); the bodies here carry them the same way.
+    """
     body = base(group, local_id=local_id, remote_id=remote_id, leader_id=local_id, term=term)
+    index = -1 if entry is None else entry.index
     body.update(
         type=push_type.value,
         commitIndex=commit_index,
         entry=None if entry is None else to_json_dict(entry),
         batchEntry=[],
+        batch=False,
+        count=0 if entry is None else 1,
+        firstEntryIndex=index,
+        lastEntryIndex=index,
+        totalSize=0,
     )
     return body
 

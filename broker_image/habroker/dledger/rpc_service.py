@@ -48,8 +48,9 @@ class DLedgerRpcService:
                 reply: Body = {"code": int(DLedgerResponseCode.UNEXPECTED_ARGUMENT)}
             else:
                 reply = await handler(body)
-            # the remoting code is always SUCCESS: the DLedger outcome is in the body
-            return request.response(body=encode(reply))
+            # the remoting code is always DLedger's SUCCESS (200, as Java's DLedgerRpcNettyService
+            # answers, not remoting's 0): the DLedger outcome is in the body
+            return request.response(code=int(DLedgerResponseCode.SUCCESS), body=encode(reply))
 
         self.server.register(code, process)
 
