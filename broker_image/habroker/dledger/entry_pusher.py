@@ -34,6 +34,7 @@ from habroker.dledger.protocol import (
     code_of,
     push_entries,
     push_request,
+    push_span,
     term_of,
 )
 from habroker.dledger.rpc_service import DLedgerRpcService
@@ -525,6 +526,7 @@ class _Waiting:
     request: Body
     future: asyncio.Future[Body]
     since: float = field(default_factory=_now_ms)
+    entries: list[DLedgerEntry] = field(default_factory=list)  # an APPEND's, decoded once
 
 
 class EntryHandler:
@@ -543,9 +545,7 @@ class EntryHandler:
         out: Body = {"group": request.get("group"), "term": term_of(request), "code": int(code)}
         out["count"] = 0
         if request.get("type") != PushType.COMMIT:
-            entries = push_entries(request)
-            out["index"] = entries[0].index if entries else -1
-            out["count"] = len(entries)
+            out["index"], out["count"] = push_span(request)
         out["beginIndex"] = store.ledger_begin_index
         out["endIndex"] = store.ledger_end_index
         return out
@@ -560,7 +560,7 @@ class EntryHandler:
         waiting = _Waiting(request, fut)
         kind = request.get("type")
         if kind == PushType.APPEND:
-            entries = push_entries(request)
+            waiting.entries = entries = push_entries(request)
             if not entries:
                 return self._response(request, RC.UNEXPECTED_ARGUMENT)
             if entries[0].index in self.write_requests:
@@ -581,7 +581,7 @@ class EntryHandler:
                 return await fut
         except TimeoutError:
             if kind == PushType.APPEND:
-                index = push_entries(request)[0].index
+                index = waiting.entries[0].index
                 if self.write_requests.get(index) is waiting:
                     del self.write_requests[index]
             return self._response(request, RC.TIMEOUT)
@@ -661,7 +661,7 @@ class EntryHandler:
         try:
             self._check(request)
             self.pusher.store.append_batch_as_follower(
-                push_entries(request), term_of(request), str(request.get("leaderId"))
+                waiting.entries, term_of(request), str(request.get("leaderId"))
             )
             return True
         except _Refused as exc:
@@ -678,7 +678,7 @@ class EntryHandler:
         end = store.ledger_end_index
         now = _now_ms()
         for first, waiting in sorted(self.write_requests.items()):
-            entries = push_entries(waiting.request)
+            entries = waiting.entries
             last = entries[-1].index
             if last <= end:
                 ok = all(same_entry(e, store.get(e.index)) for e in entries)

@@ -197,6 +197,15 @@ def push_request(
     return body
 
 
+def push_span(request: Body) -> tuple[int, int]:
+    """(first index, count) of the entries a push carries, without decoding their bodies."""
+    batch = request.get("batchEntry") or []
+    if batch:
+        return int(batch[0].get("index", -1)), len(batch)
+    entry = request.get("entry")
+    return (int(entry.get("index", -1)), 1) if entry else (-1, 0)
+
+
 def push_entries(request: Body) -> list[DLedgerEntry]:
     """The entries a push carries: ``batchEntry`` when not empty, else ``entry``."""
     batch = request.get("batchEntry") or []
