@@ -127,6 +127,8 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "value": defaults["max"],
                 "target": 10.0,
                 "met": defaults["max"] <= 10.0,
+                "higher": False,
+                "unit": "s",
             }
         )
     return out
@@ -257,9 +259,13 @@ def markdown(results: dict[str, Any]) -> str:
         "| --- | ---: | ---: | :---: |",
     ]
     for g in results.get("goals", []):
-        cmp = ">=" if "p99" not in g["goal"] else "<="
+        cmp = ">=" if "p99" not in g["goal"] and g.get("higher", True) else "<="
         met = {True: "yes", False: "**no**", None: "n/a"}[g["met"]]
-        lines.append(f"| {g['goal']} | {_x(g['value'])} | {cmp} {g['target']}x | {met} |")
+        if g.get("unit") == "s":
+            value, target = _f(g["value"], 2) + " s", f"{cmp} {g['target']:g} s"
+        else:
+            value, target = _x(g["value"]), f"{cmp} {g['target']}x"
+        lines.append(f"| {g['goal']} | {value} | {target} | {met} |")
     limits = results.get("limits", {})
     if limits:
         lines += [

@@ -172,8 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     args.docs.write_text(report.markdown(results))
     for g in results["goals"]:
         mark = {True: "met", False: "MISSED", None: "n/a"}[g["met"]]
-        value = "-" if g["value"] is None else f"{g['value']:.2f}x"
-        print(f"[bench] {mark:6} {value:>7} (target {g['target']}x)  {g['goal']}")
+        unit = g.get("unit", "x")
+        value = "-" if g["value"] is None else f"{g['value']:.2f}{unit}"
+        print(f"[bench] {mark:6} {value:>7} (target {g['target']}{unit})  {g['goal']}")
     print(f"[bench] results in {args.results_dir}, table in {args.docs}")
     if failed:
         print(f"[bench] failed or skipped: {', '.join(failed)}", file=sys.stderr)
