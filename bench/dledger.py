@@ -192,10 +192,11 @@ def failover_rounds(root: Path, label: str, rounds: int, **timings: Any) -> dict
                   f"{pause:.2f} s without an accepted write", flush=True)  # fmt: skip
             leader.start()
             wait_caught_up(group, leader)
+        load.close()
+        group.wait_converged(timeout=120)
     finally:
         load.close()
-    group.wait_converged(timeout=120)
-    group.stop()
+        group.stop()  # also on errors: restarted peers are not in common's process list
     missing = {p.config["dLegerSelfId"]: 0 for p in group.peers}
     for peer in group.peers:
         present = logged_ids(peer)
