@@ -661,6 +661,20 @@ class BrokerController:
             )
         return {"leaderId": transferee, "term": int(answer.get("term", state.term))}
 
+    def set_dledger_peers(self, peers: str) -> dict[str, Any]:
+        """DLedger: the membership change the operator drives one peer at a time."""
+        if self.dledger_store is None:
+            raise BrokerError("not_dledger", "this broker is not in DLedger mode", 409)
+        server = self.dledger_store.dledger
+        try:
+            members = server.set_peers(peers)
+        except ValueError as exc:
+            raise BrokerError("bad_peers", str(exc)) from None
+        return {
+            "peers": ";".join(f"{k}-{v}" for k, v in members.items()),
+            "member": server.state.is_member,
+        }
+
     # -- status ----------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         cfg = self.config

@@ -499,8 +499,9 @@ def parse_host_port(text: str, key: str = "address") -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def parse_peers(text: str, self_id: str) -> dict[str, str]:
-    """dLegerPeers ``n0-host:port;n1-host:port`` → ``{"n0": "host:port", ...}`` in order."""
+def parse_peers(text: str, self_id: str | None) -> dict[str, str]:
+    """dLegerPeers ``n0-host:port;n1-host:port`` → ``{"n0": "host:port", ...}`` in order;
+    ``self_id`` must be one of them unless None (a membership that may leave this peer out)."""
     peers: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in text.split(";"))):
         peer_id, sep, address = item.partition("-")
@@ -512,7 +513,7 @@ def parse_peers(text: str, self_id: str) -> dict[str, str]:
         peers[peer_id] = address
     if not peers:
         raise ConfigError("dLegerPeers is empty: a DLedger group needs its peers")
-    if self_id not in peers:
+    if self_id is not None and self_id not in peers:
         raise ConfigError(f"dLegerSelfId={self_id}: not one of dLegerPeers ({', '.join(peers)})")
     return peers
 

@@ -57,7 +57,7 @@ class DLedgerRoleChangeHandler:
         if leader is None:
             return ""
         host, port = parse_host_port(leader, key="dLegerPeers")
-        _, own_port = parse_host_port(state.peers[state.self_id], key="dLegerPeers")
+        _, own_port = parse_host_port(state.self_address, key="dLegerPeers")
         return f"{host}:{port - own_port + broker.config.listenPort}"
 
     async def _handle(self, term: int, role: Role) -> None:

@@ -330,22 +330,75 @@ class LocalGroup:
 
 class LocalDLedgerGroup:
     """``peers`` DLedger peers (n0, n1, ...) of one group, each its own process; the DLedger
-    ports are picked before any peer starts, since every peer names all of them."""
+    ports are picked before any peer starts, since every peer names all of them.  ``slots``
+    reserves ports for peers a membership change may add later (:meth:`add_peer`)."""
 
-    def __init__(self, root: Path, peers: int = 3, **config: Any) -> None:
-        clients, ports = port_pairs(peers)
-        self.peers_text = ";".join(f"n{i}-127.0.0.1:{port}" for i, port in enumerate(ports))
-        self.peers = [
-            LocalBroker(
-                Path(root) / f"n{i}",
-                listenPort=clients[i],
-                enableDLegerCommitLog=True,
-                dLegerSelfId=f"n{i}",
-                dLegerPeers=self.peers_text,
-                **config,
+    def __init__(self, root: Path, peers: int = 3, slots: int | None = None, **config: Any) -> None:
+        self.root = Path(root)
+        self.config = config
+        clients, ports = port_pairs(max(slots or peers, peers))
+        self.clients = clients
+        self.addresses = [f"n{i}-127.0.0.1:{port}" for i, port in enumerate(ports)]
+        self.peers_text = self.members_text(peers)
+        self.peers = [self._peer(i, self.peers_text) for i in range(peers)]
+
+    def members_text(self, count: int) -> str:
+        """``dLegerPeers`` of the first ``count`` peers."""
+        return ";".join(self.addresses[:count])
+
+    def _peer(self, i: int, peers_text: str) -> LocalBroker:
+        return LocalBroker(
+            self.root / f"n{i}",
+            listenPort=self.clients[i],
+            enableDLegerCommitLog=True,
+            dLegerSelfId=f"n{i}",
+            dLegerPeers=peers_text,
+            **self.config,
+        )
+
+    # -- membership change, one peer at a time (the operator's order: docs/dledger.md) ------
+    def set_members(self, count: int, peers: Sequence[LocalBroker] | None = None) -> None:
+        """Tell every running peer (or ``peers``) the membership of the first ``count``."""
+        text = self.members_text(count)
+        for peer in self.peers if peers is None else peers:
+            if not peer.running:
+                continue
+            code, body = peer.request("PUT", "/v1/admin/dledger/peers", {"peers": text})
+            if code != 200:
+                raise RuntimeError(f"{peer.root.name}: membership {text}: {code} {body}")
+
+    def add_peer(self) -> LocalBroker:
+        """The next peer joins: every member learns the new list first, then the new peer
+        starts with it (it cannot disturb elections: its empty log loses every vote)."""
+        count = len(self.peers) + 1
+        if count > len(self.addresses):
+            raise ValueError(f"no port reserved for peer n{count - 1} (slots)")
+        self.set_members(count)
+        peer = self._peer(count - 1, self.members_text(count))
+        self.peers.append(peer)
+        peer.start()
+        return peer
+
+    def remove_peer(self, timeout: float = 30.0) -> LocalBroker:
+        """The last peer leaves: leadership moves away from it first, every peer (itself
+        included) learns the list without it, then it stops."""
+        leaving = self.peers[-1]
+        count = len(self.peers) - 1
+        leader = self.leader(timeout)
+        if leader is leaving:
+            code, body = leader.request(
+                "POST",
+                "/v1/admin/dledger/leadership-transfer",
+                {"transfereeId": "n0"},
+                timeout=timeout,
             )
-            for i in range(peers)
-        ]
+            if code != 200:
+                raise RuntimeError(f"leadership transfer away from {leaving.root.name}: {body}")
+            self.leader(timeout, exclude=[leaving])
+        self.set_members(count)
+        self.peers.pop()
+        leaving.stop()
+        return leaving
 
     def start(self, wait: bool = True) -> LocalDLedgerGroup:
         for peer in self.peers:

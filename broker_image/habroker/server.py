@@ -400,6 +400,16 @@ async def leadership_transfer(request: web.Request) -> web.Response:
     return web.json_response(await broker.transfer_leadership(transferee))
 
 
+async def put_dledger_peers(request: web.Request) -> web.Response:
+    """DLedger groups: a new membership, one peer added or removed (docs/dledger.md)."""
+    broker = request.app[BROKER_KEY]
+    body = await _json_body(request)
+    peers = body.get("peers")
+    if not isinstance(peers, str) or not peers:
+        raise BrokerError("bad_request", "fields: peers (dLegerPeers syntax, n0-host:port;...)")
+    return web.json_response(broker.set_dledger_peers(peers))
+
+
 async def get_config(request: web.Request) -> web.Response:
     return web.json_response(request.app[BROKER_KEY].config.to_properties())
 
@@ -462,6 +472,7 @@ def add_routes(router: web.UrlDispatcher) -> None:
     r.add_put("/v1/admin/role", put_role)
     r.add_post("/v1/admin/fence", fence)
     r.add_post("/v1/admin/dledger/leadership-transfer", leadership_transfer)
+    r.add_put("/v1/admin/dledger/peers", put_dledger_peers)
     r.add_get("/v1/admin/external-addresses", get_external_addresses)
     r.add_put("/v1/admin/external-addresses", put_external_addresses)
     r.add_get("/v1/admin/config", get_config)

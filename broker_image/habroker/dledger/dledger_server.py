@@ -77,7 +77,8 @@ class DLedgerServer:
             settings.store_root / f"dledger-{settings.self_id}",
         )
         self.store.current_term = lambda: self.state.term
-        self.rpc = DLedgerRpcService(peers, settings.self_id)
+        # the address book (every peer ever named), shared: a membership change updates it
+        self.rpc = DLedgerRpcService(self.state.addresses, settings.self_id)
         self.elector = DLedgerLeaderElector(
             self.state,
             self.rpc,
@@ -223,6 +224,38 @@ class DLedgerServer:
         request.update(transferId=st.self_id, transfereeId=transferee)
         return await self._checked(self._transfer)(request)
 
+    def set_peers(self, text: str) -> dict[str, str]:
+        """A membership change (habroker's; docs/dledger.md): the new ``dLegerPeers`` list,
+        which differs from the current one by at most one peer, persisted, then used for
+        votes, heartbeats, pushes and the quorum.  Returns the membership now in force."""
+        peers = parse_peers(text, None)
+        st = self.state
+        if peers == st.peers:
+            return dict(st.peers)
+        added = [p for p in peers if p not in st.peers]
+        removed = [p for p in st.peers if p not in peers]
+        if len(added) + len(removed) > 1:
+            raise ValueError(
+                f"dLegerPeers {';'.join(peers)}: one peer at a time (from "
+                f"{';'.join(st.peers)}, that adds {added or 'none'} and removes "
+                f"{removed or 'none'})"
+            )
+        moved = [p for p in peers if p in st.peers and peers[p] != st.peers[p]]
+        if moved:
+            raise ValueError(f"dLegerPeers: {', '.join(moved)} cannot change address")
+        st.set_peers(peers)
+        log.info(
+            "dledger %s: membership %s (%s %s)%s",
+            st.self_id,
+            ";".join(peers),
+            "added" if added else "removed",
+            (added or removed)[0],
+            "" if st.is_member else "; this peer is no longer a member",
+        )
+        self.pusher.membership_changed()
+        self.elector.membership_changed()
+        return dict(st.peers)
+
     # -- writes ------------------------------------------------------------------------------------
     def append(
         self, body: bytes, hook: AppendHook | None = None
@@ -323,6 +356,7 @@ class DLedgerServer:
             "ledgerEndTerm": store.ledger_end_term,
             "committedIndex": store.committed_index,
             "elections": self.elector.elections,
+            "member": st.is_member,
             "peers": peers,
         }
 

@@ -100,10 +100,16 @@ class WaterMarks:
             self.term = term
             self.marks = {peer: -1 for peer in self.state.peers}
 
+    def membership_changed(self) -> None:
+        """Marks for the new list: a new peer has none yet, a removed one no longer counts."""
+        self.marks = {peer: self.marks.get(peer, -1) for peer in self.state.peers}
+
     def update(self, term: int, peer: str, index: int) -> bool:
         if term != self.state.term:
             return False
         self._check(term)
+        if peer not in self.marks:
+            return False  # a peer the membership no longer has
         if self.marks.get(peer, -1) < index:
             self.marks[peer] = index
             return True
@@ -142,23 +148,46 @@ class DLedgerEntryPusher:
         self.handler = EntryHandler(self)
         self._ack_wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._dispatch_tasks: dict[str, asyncio.Task[None]] = {}
         self.last_quorum_index = -1
 
     def start(self) -> None:
-        self._tasks = [
-            asyncio.create_task(d.run(), name=f"dispatcher-{d.peer}")
-            for d in self.dispatchers.values()
-        ]
+        for dispatcher in self.dispatchers.values():
+            self._start_dispatcher(dispatcher)
         self._tasks.append(asyncio.create_task(self.handler.run(), name="entry-handler"))
         self._tasks.append(asyncio.create_task(self._quorum_ack_checker(), name="quorum-ack"))
 
+    def _start_dispatcher(self, dispatcher: EntryDispatcher) -> None:
+        self._dispatch_tasks[dispatcher.peer] = asyncio.create_task(
+            dispatcher.run(), name=f"dispatcher-{dispatcher.peer}"
+        )
+
+    def membership_changed(self) -> None:
+        """One dispatcher per peer of the new list: a new peer's starts with COMPARE (from an
+        empty log it is then sent everything); a removed peer's stops."""
+        self.water_marks.membership_changed()
+        wanted = set(self.state.others) if self.state.is_member else set()
+        for peer in [p for p in self.dispatchers if p not in wanted]:
+            del self.dispatchers[peer]
+            task = self._dispatch_tasks.pop(peer, None)
+            if task is not None:
+                task.cancel()
+        for peer in self.state.others:
+            if peer in wanted and peer not in self.dispatchers:
+                self.dispatchers[peer] = EntryDispatcher(self, peer)
+                if self._tasks:  # started
+                    self._start_dispatcher(self.dispatchers[peer])
+        self.wake_ack_checker()
+
     async def stop(self) -> None:
-        for task in self._tasks:
+        tasks = [*self._tasks, *self._dispatch_tasks.values()]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        self._dispatch_tasks.clear()
         self.fail_pending(RC.TERM_CHANGED)
 
     def wake_dispatchers(self) -> None:

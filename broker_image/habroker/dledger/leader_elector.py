@@ -237,7 +237,20 @@ class DLedgerLeaderElector:
             )
             self.change_to_candidate(term)
 
+    def membership_changed(self) -> None:
+        """Heartbeats and votes use the new list from now on; a leader the change left out
+        steps down (the operator transfers leadership away first, so this is a safety net)."""
+        st = self.state
+        if not st.is_member and st.is_leader:
+            log.warning("dledger %s: removed from the membership while leading", st.self_id)
+            self.change_to_candidate(st.term)
+        self.last_send_heartbeat = -1
+        self._wake.set()
+
     async def _maintain_as_leader(self) -> None:
+        if not self.state.is_member:
+            self.change_to_candidate(self.state.term)
+            return
         if _now_ms() - self.last_send_heartbeat > self.timings.heartbeat_interval_ms:
             st = self.state
             if not st.is_leader:
@@ -325,6 +338,8 @@ class DLedgerLeaderElector:
 
     async def _maintain_as_candidate(self) -> None:
         st = self.state
+        if not st.is_member:
+            return  # removed (or not yet added): it follows a leader, it never runs
         if _now_ms() < self.next_vote_at and not self.need_increase_term:
             return
         if not st.is_candidate:

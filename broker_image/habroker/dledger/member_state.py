@@ -3,6 +3,13 @@
 The term and the vote are persisted (``<store>/dledger-<selfId>/currterm``, DLedger's
 ``currTerm``/``voteLeader`` properties, written through a temporary file and a rename) before
 any answer depends on them: a peer that restarts never votes twice in one term.
+
+Membership: ``peers`` starts as ``dLegerPeers``; a membership change (habroker's, one peer
+at a time, driven by the operator: docs/dledger.md) replaces it and persists the new list in
+``<store>/dledger-<selfId>/membership`` before answering, and a restarted peer takes that file
+over its configuration (which may still name the list before the change).  A peer left out of
+the list is *removed*: it never runs for leader.  ``addresses`` keeps every peer ever named, so
+a removed peer still knows its own RPC address.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ __all__ = ["MemberState", "Role", "broker_id_of", "parse_peers"]
 log = logging.getLogger(__name__)
 
 TERM_PERSIST_FILE = "currterm"
+MEMBERSHIP_FILE = "membership"
 
 
 class Role(StrEnum):
@@ -42,10 +50,13 @@ class MemberState:
     transferee: str | None = None
     term_to_take_leadership: int = -1
     peers_live: dict[str, bool] = field(default_factory=dict)
+    addresses: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
+        self.addresses = {**self.addresses, **self.peers}
         self._load()
+        self._load_membership()
 
     # -- persistence -----------------------------------------------------------------------
     @property
@@ -72,6 +83,44 @@ class MemberState:
             self.vote_for,
             path,
         )
+
+    @property
+    def membership_file(self) -> Path:
+        return self.directory / MEMBERSHIP_FILE
+
+    def _load_membership(self) -> None:
+        path = self.membership_file
+        if not path.exists():
+            return
+        for line in path.read_text().splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "peers" and value.strip():
+                peers = parse_peers(value.strip(), None)
+                if peers != self.peers:
+                    log.info(
+                        "dledger %s: membership %s (from %s, over dLegerPeers %s)",
+                        self.self_id,
+                        ";".join(peers),
+                        path,
+                        ";".join(self.peers),
+                    )
+                self.addresses.update(peers)
+                self.peers = peers
+
+    def set_peers(self, peers: dict[str, str]) -> None:
+        """A new membership, persisted before it is used (see the module docstring)."""
+        text = "peers=" + ";".join(f"{k}-{v}" for k, v in peers.items()) + "\n"
+        path = self.membership_file
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "w") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+        self.addresses.update(peers)
+        self.peers = dict(peers)
+        for gone in [p for p in self.peers_live if p not in peers]:
+            del self.peers_live[gone]
 
     def _persist(self) -> None:
         text = f"currTerm={self.term}\nvoteLeader={self.vote_for or ''}\n"
@@ -130,6 +179,11 @@ class MemberState:
     def is_peer(self, peer_id: str | None) -> bool:
         return peer_id is not None and peer_id in self.peers
 
+    @property
+    def is_member(self) -> bool:
+        """False on a peer the membership has left out (it never runs for leader)."""
+        return self.self_id in self.peers
+
     def is_quorum(self, count: int) -> bool:
         return count >= len(self.peers) // 2 + 1
 
@@ -139,8 +193,8 @@ class MemberState:
 
     @property
     def self_address(self) -> str:
-        return self.peers[self.self_id]
+        return self.addresses[self.self_id]
 
     @property
     def leader_address(self) -> str | None:
-        return None if self.leader_id is None else self.peers.get(self.leader_id)
+        return None if self.leader_id is None else self.addresses.get(self.leader_id)
