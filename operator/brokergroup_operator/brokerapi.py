@@ -99,6 +99,12 @@ class BrokerAPI:
         result = await self._call("POST", address, "/v1/admin/fence", {"epoch": epoch})
         return result if isinstance(result, dict) else {}
 
+    async def set_dledger_peers(self, address: str, peers: str) -> JSON:
+        """``PUT /v1/admin/dledger/peers``: a DLEDGER peer's new membership (one peer added or
+        removed); answers the membership it now holds."""
+        result = await self._call("PUT", address, "/v1/admin/dledger/peers", {"peers": peers})
+        return result if isinstance(result, dict) else {}
+
     async def leadership_transfer(
         self, address: str, transferee_id: str, seconds: float = 15.0
     ) -> JSON:

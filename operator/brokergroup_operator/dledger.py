@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .manifests import peer_id, peer_pod, selector_labels
+from .manifests import DLEDGER_MEMBERS_ANNOTATION, peer_id, peer_pod, selector_labels
 from .spec import GroupSpec
 from .status import BrokerReport, Event, _condition
 
@@ -144,9 +144,14 @@ def _peer_entry(
     return {k: v for k, v in entry.items() if v is not None}
 
 
-def peers_in_template(sts_spec: Mapping[str, Any]) -> int | None:
-    """How many peers a StatefulSet's pod template names in ``HABROKER_dLegerPeers`` (None
-    for a StatefulSet that is not a DLEDGER group's)."""
+def members_of(sts_meta: Mapping[str, Any], sts_spec: Mapping[str, Any]) -> int | None:
+    """A DLEDGER group's membership size as applied to its StatefulSet: the members
+    annotation, or (a StatefulSet from before membership change) how many peers its pod
+    template's ``HABROKER_dLegerPeers`` names; None for any other StatefulSet."""
+    annotations = sts_meta.get("annotations") or {}
+    value = annotations.get(DLEDGER_MEMBERS_ANNOTATION)
+    if value is not None and str(value).isdigit():
+        return int(value)
     containers = ((sts_spec.get("template") or {}).get("spec") or {}).get("containers") or []
     for container in containers:
         for env in container.get("env") or []:

@@ -29,7 +29,7 @@ from .brokerapi import BrokerAPI, BrokerAPIError
 from .dledger import (
     find_leader,
     leader_event,
-    peers_in_template,
+    members_of,
     recorded_leader,
     role_labels,
 )
@@ -63,7 +63,15 @@ from .settings import Settings, configure_kopf
 from .spec import GroupSpec, SpecError, broker_config_warnings, check_children, parse_spec
 from .status import PodInfo, container_facts, pod_transitions, status_patch
 from .storage import ClaimInfo, claim_info, storage_condition, to_grow
-from .sweep import GroupState, invalid_status, now_iso, poll_broker, resolver_for, sweep
+from .sweep import (
+    GroupState,
+    dledger_size,
+    invalid_status,
+    now_iso,
+    poll_broker,
+    resolver_for,
+    sweep,
+)
 
 #: one DEBUG line per group sweep (``brokergroup-operator --log-sweeps``)
 SWEEP_LOG = logging.getLogger("brokergroup_operator.sweeps")
@@ -243,7 +251,7 @@ def broker_statefulsets(
                 ),
                 None,
             ),
-            peers=peers_in_template(spec),
+            members=members_of(meta, spec),
         )
     }
 
@@ -330,7 +338,7 @@ def _parse(
     """The spec, checked on its own and against the group's StatefulSets (a group cannot move
     between DLEDGER and SYNC/ASYNC, nor change its number of DLedger peers)."""
     group = parse_spec(name, namespace, spec)
-    check_children(group, {s.name: s.peers for s in stses.get((namespace, name), [])})
+    check_children(group, [s.name for s in stses.get((namespace, name), [])])
     return group
 
 
@@ -345,17 +353,17 @@ def _desired(
     stses: kopf.Index[GroupKey, StsInfo],
 ) -> list[dict[str, Any]]:
     """Every child as the operator wants it, StatefulSets at the claim size they have."""
-    sizes = {
-        s.name: s.claim_size
-        for s in stses.get((group.namespace, group.name), [])
-        if s.claim_size is not None
-    }
+    mine: list[StsInfo] = list(stses.get((group.namespace, group.name), []))
+    sizes = {s.name: s.claim_size for s in mine if s.claim_size is not None}
+    peers = next((s for s in mine if s.name == peers_name(group.name)), None)
+    state = runtime.state((group.namespace, group.name))
     return children(
         group,
         owner,
         runtime.settings.cluster_domain,
         network_policies=runtime.settings.network_policy,
         claim_sizes=sizes,
+        dledger_size=dledger_size(group, peers, state) if group.dledger else None,
     )
 
 
@@ -606,6 +614,10 @@ async def poll_group(
     async def delete_pod(pod: str) -> bool:
         return await runtime.kube.delete_pod(namespace, pod)
 
+    async def apply_dledger_size(size: tuple[int, int]) -> None:
+        # the sweep has put ``size`` in the group's state: _desired renders it
+        await _apply_children(runtime, group, body, broker_statefulsets)
+
     started = time.monotonic()
     result = await sweep(
         brokers=runtime.brokers,
@@ -619,6 +631,7 @@ async def poll_group(
         delete_pod=delete_pod,
         logger=logger,
         external_doors=doors,
+        apply_dledger_size=apply_dledger_size,
     )
     metrics.observe_sweep(namespace, name, result.status, time.monotonic() - started)
     for event in result.events:
@@ -815,6 +828,11 @@ class KubeMembers:
 DLEDGER_TICK = 1.0
 
 
+def _ordinal(pod: str) -> int:
+    tail = pod.rpartition("-")[2]
+    return int(tail) if tail.isdigit() else -1
+
+
 def _dledger_mode(spec: kopf.Spec, **_: Any) -> bool:
     return spec.get("replicationMode") == "DLEDGER"
 
@@ -854,7 +872,9 @@ async def dledger_daemon(
             await stopped.wait(DLEDGER_TICK)
             continue
         pods = {p.name: p for p in broker_pods.get(key, [])}
-        names = [peer_pod(name, i) for i in range(group.replicas)]
+        # every peer pod there is: during a membership change more or fewer than spec.replicas
+        count = max([group.replicas] + [_ordinal(p) + 1 for p in pods if _ordinal(p) >= 0])
+        names = [peer_pod(name, i) for i in range(count)]
         reports = await asyncio.gather(
             *(poll_broker(runtime.brokers, resolve, group, pods.get(n)) for n in names)
         )

@@ -41,9 +41,9 @@ class StsInfo:
     #: the size in its volumeClaimTemplates (immutable: a grown spec.storage.size is applied
     #: to the claims themselves, see ``storage``)
     claim_size: str | None = None
-    #: a DLEDGER group's StatefulSet: how many peers its pod template's dLegerPeers names (the
-    #: group's size as applied; a hand-scaled StatefulSet keeps it)
-    peers: int | None = None
+    #: a DLEDGER group's StatefulSet: the membership size the operator has decided (its
+    #: annotation; None for other StatefulSets), see ``membership``
+    members: int | None = None
 
 
 @dataclass(frozen=True)

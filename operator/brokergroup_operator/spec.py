@@ -8,7 +8,7 @@ condition and an Event instead of a crash loop or a broker that never starts.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -352,22 +352,19 @@ def _validate_dledger(spec: GroupSpec) -> None:
         )
 
 
-def check_children(spec: GroupSpec, statefulsets: Mapping[str, int | None]) -> None:
-    """What the spec may not change about a group that already exists, seen from its
-    StatefulSets (name -> the number of peers its pod template names in dLegerPeers, which a
-    hand-scaled StatefulSet keeps: that is drift, repaired, not a resize): the CRD refuses the
-    same changes with CEL transition rules, this catches them under an older CRD or a
-    schema-less apply.
+def check_children(spec: GroupSpec, statefulsets: Collection[str]) -> None:
+    """What the spec may not change about a group that already exists, seen from the names of
+    its StatefulSets: the CRD refuses the same changes with CEL transition rules, this catches
+    them under an older CRD or a schema-less apply.
 
     A group cannot move between DLEDGER and SYNC/ASYNC (the commit logs differ: migrating the
-    data is not implemented), and a DLEDGER group cannot change its number of peers (habroker
-    has no DLedger membership change yet).
+    data is not implemented).  A DLEDGER group may change spec.replicas between 3 and 5: the
+    operator changes its membership one peer at a time (``membership``).
     """
     from .manifests import master_name, peers_name, slave_name
 
     classic = {master_name(spec.name), slave_name(spec.name)} & set(statefulsets)
     has_peers = peers_name(spec.name) in statefulsets
-    peers = statefulsets.get(peers_name(spec.name))
     if spec.dledger and classic:
         raise SpecError(
             "spec.replicationMode",
@@ -379,12 +376,6 @@ def check_children(spec: GroupSpec, statefulsets: Mapping[str, int | None]) -> N
             "spec.replicationMode",
             f"cannot change from DLEDGER to {spec.replication_mode}: migrating a DLedger "
             "commit log is not supported; create a new group",
-        )
-    if spec.dledger and peers is not None and peers != spec.replicas:
-        raise SpecError(
-            "spec.replicas",
-            f"cannot change from {peers} to {spec.replicas}: DLedger membership change is not "
-            "implemented; create a new group of the size you need",
         )
 
 
@@ -410,11 +401,17 @@ def _validate_template(template: PodTemplate) -> None:
 def _slave_config(spec: GroupSpec) -> BrokerConfig:
     """Let habroker itself parse the exact properties a slave (the strictest role) starts with,
     so an unknown key or unparsable value is reported here, not in a pod's crash loop."""
-    from .manifests import broker_properties, peer_env_properties, slave_env_properties
+    from .manifests import (
+        broker_properties,
+        dledger_peers,
+        peer_env_properties,
+        slave_env_properties,
+    )
 
     props = dict(broker_properties(spec))
     if spec.dledger:
         props.update(peer_env_properties(spec, ordinal=0))
+        props["dLegerPeers"] = dledger_peers(spec)
     else:
         props.update(slave_env_properties(spec, broker_id=1))
     try:

@@ -17,7 +17,16 @@ from .brokerapi import BrokerAPI, BrokerAPIError
 from .dledger import compute_dledger_status
 from .election import assignment_from_status
 from .external import ExternalDoor, external_addresses
-from .manifests import master_name, peer_pod, peers_name, pod_dns, slave_name
+from .manifests import (
+    dledger_peers,
+    master_name,
+    peer_id,
+    peer_pod,
+    peers_name,
+    pod_dns,
+    slave_name,
+)
+from .membership import MembershipDecision, plan_membership, reported_members
 from .policy import (
     choose_read_broker,
     config_patch,
@@ -25,7 +34,7 @@ from .policy import (
     policy_status,
     subscription_group_updates,
 )
-from .rolling import StsInfo, plan_dledger_roll, plan_roll
+from .rolling import RollDecision, StsInfo, plan_dledger_roll, plan_roll
 from .settings import Settings
 from .spec import GroupSpec, SpecError
 from .status import BrokerReport, Event, Observation, PodInfo, compute_status
@@ -61,6 +70,9 @@ class GroupState:
     storage_condition: dict[str, Any] | None = None
     refused_size: str | None = None
     expansion_refused: dict[str, str] = field(default_factory=dict)
+    #: DLEDGER groups: (members, replicas) as the membership change has decided them, ahead
+    #: of the StatefulSet index until the apply shows there (see ``membership``)
+    dledger_size: tuple[int, int] | None = None
 
 
 @dataclass
@@ -229,6 +241,8 @@ async def sweep(
     resolve: Resolver | None = None,
     now: str | None = None,
     external_doors: Sequence[ExternalDoor] = (),
+    apply_dledger_size: Callable[[tuple[int, int]], Awaitable[None]] | None = None,
+    dledger_peers_text: Callable[[int], str] | None = None,
 ) -> SweepResult:
     resolve = resolve or resolver_for(settings)
     now = now or now_iso()
@@ -246,6 +260,8 @@ async def sweep(
             logger=logger,
             resolve=resolve,
             now=now,
+            apply_size=apply_dledger_size,
+            peers_text=dledger_peers_text,
         )
     if group.failover_enabled:
         # brokerIds are the controller's assignment, not the pods' names
@@ -386,14 +402,20 @@ async def _sweep_dledger(
     logger: Logger,
     resolve: Resolver,
     now: str,
+    apply_size: Callable[[tuple[int, int]], Awaitable[None]] | None = None,
+    peers_text: Callable[[int], str] | None = None,
 ) -> SweepResult:
     """A DLEDGER group's sweep: poll every peer, apply the read policy, take one rolling step
-    (a follower's restart, or a leadership transfer away from an outdated leader)."""
+    (a follower's restart, or a leadership transfer away from an outdated leader) or one
+    membership step toward spec.replicas."""
     by_name = {p.name: p for p in pods}
-    names = [peer_pod(group.name, i) for i in range(group.replicas)]
+    size = dledger_size(group, sts, state)
+    names = [peer_pod(group.name, i) for i in range(size[1])]
     reports = list(
         await asyncio.gather(*(poll_broker(brokers, resolve, group, by_name.get(n)) for n in names))
     )
+    target = group.replicas
+    group = replace(group, replicas=size[1])  # the status describes the pods there are
     extra = [_reconciled_condition(state)]
     if state.storage_condition:
         extra.append(state.storage_condition)
@@ -419,7 +441,13 @@ async def _sweep_dledger(
     if leader is not None:
         applied = await _apply_read_policy(brokers, resolve, group, reports, leader, which, logger)
 
-    decision = plan_dledger_roll(list(pods), sts, draft.get("dledger") or {})
+    resizing = size != (target, target)
+    # one change at a time: a rolling restart waits for a membership change to finish
+    decision = (
+        RollDecision()
+        if resizing
+        else plan_dledger_roll(list(pods), sts, draft.get("dledger") or {})
+    )
     if decision.transfer_to and decision.transferee and leader is not None and leader.pod:
         address = resolve(group, leader.pod)
         if address is not None:
@@ -449,6 +477,22 @@ async def _sweep_dledger(
         if await delete_pod(decision.delete):
             events.append(Event("Normal", "RollingRestart", decision.message))
 
+    change = await _membership_step(
+        brokers,
+        resolve,
+        group,
+        target,
+        size,
+        reports,
+        draft.get("dledger") or {},
+        rolling=bool(decision.pending),
+        peers_text=peers_text or (lambda n: dledger_peers(group, settings.cluster_domain, n)),
+        state=state,
+        apply_size=apply_size,
+        logger=logger,
+        events=events,
+    )
+
     final, transitions = compute_dledger_status(
         group,
         observed,
@@ -459,4 +503,107 @@ async def _sweep_dledger(
         extra_conditions=extra,
     )
     final["readPolicy"] = policy_status(group.read_policy, which, applied)
+    final["dledger"]["members"] = change.members
+    if change.changing:
+        final["dledger"]["membership"] = change.message
+        if final["phase"] == "Running":
+            final["phase"] = "Updating"
     return SweepResult(status=final, events=events + transitions)
+
+
+def dledger_size(group: GroupSpec, sts: StsInfo | None, state: GroupState) -> tuple[int, int]:
+    """(members, replicas) of a DLEDGER group: what the last membership step decided, else
+    what its StatefulSet shows, else (a new group) spec.replicas for both."""
+    if state.dledger_size is not None:
+        return state.dledger_size
+    if sts is not None and sts.members is not None:
+        return sts.members, sts.replicas
+    return group.replicas, group.replicas
+
+
+#: membership steps one sweep may take in a row (tell, then start or remove a pod)
+MEMBERSHIP_STEPS_PER_SWEEP = 3
+
+
+async def _membership_step(
+    brokers: BrokerAPI,
+    resolve: Resolver,
+    group: GroupSpec,
+    target: int,
+    size: tuple[int, int],
+    reports: Sequence[BrokerReport],
+    dledger: Mapping[str, Any],
+    *,
+    rolling: bool,
+    peers_text: Callable[[int], str],
+    state: GroupState,
+    apply_size: Callable[[tuple[int, int]], Awaitable[None]] | None,
+    logger: Logger,
+    events: list[Event],
+) -> MembershipDecision:
+    """Take the membership change as far as it can go now (see ``membership``)."""
+    views = [(peer_pod(group.name, i), reported_members(r.status)) for i, r in enumerate(reports)]
+    members, replicas = size
+    decision = MembershipDecision(members, replicas)
+    for _ in range(MEMBERSHIP_STEPS_PER_SWEEP):
+        decision = plan_membership(
+            target,
+            members,
+            replicas,
+            views,
+            dledger,
+            peers_text(members),
+            rolling=rolling,
+        )
+        if decision.changing:
+            logger.info("membership: %s", decision.message)
+        if (decision.members, decision.replicas) != (members, replicas):
+            if apply_size is None:
+                return decision
+            state.dledger_size = (decision.members, decision.replicas)
+            await apply_size(state.dledger_size)
+            if decision.members != members:
+                verb = "joins" if decision.members > members else "leaves"
+                who = peer_id(max(decision.members, members) - 1)
+                events.append(
+                    Event(
+                        "Normal",
+                        "MembershipChanged",
+                        f"{who} {verb}: the membership is now {decision.members} peers "
+                        f"(spec.replicas {target})",
+                    )
+                )
+            members, replicas = decision.members, decision.replicas
+            views = views[:replicas]
+            continue
+        if decision.transfer is not None:
+            leaving, transferee = decision.transfer
+            address = next(
+                (resolve(group, r.pod) for r in reports if r.pod and r.pod.name == leaving), None
+            )
+            if address is not None:
+                try:
+                    await brokers.leadership_transfer(address, transferee)
+                except BrokerAPIError as exc:
+                    logger.warning("membership: leadership transfer failed: %s", exc)
+            return decision
+        if not decision.tell:
+            return decision
+        told = False
+        for i, (pod, _seen) in enumerate(views):
+            peers = decision.tell.get(pod)
+            report = reports[i]
+            address = resolve(group, report.pod) if peers and report.pod else None
+            if address is None:
+                continue
+            try:
+                answer = await brokers.set_dledger_peers(address, peers or "")
+            except BrokerAPIError as exc:
+                logger.warning("membership: telling %s failed: %s", pod, exc)
+                continue
+            held = [item.partition("-")[0] for item in str(answer.get("peers", "")).split(";")]
+            views[i] = (pod, [h for h in held if h])
+            told = True
+        if not told:
+            return decision
+    return decision

@@ -234,9 +234,9 @@ def test_immutable_storage(api: kubeapi.ApiServer) -> None:
 
 
 def test_dledger_groups_keep_their_mode_and_size(api: kubeapi.ApiServer) -> None:
-    """CEL transition rules: no switch between DLEDGER and SYNC/ASYNC (either way), no change
-    of a DLEDGER group's replicas, no kubectl scale on it; a classic group still switches
-    between SYNC and ASYNC."""
+    """CEL transition rules: no switch between DLEDGER and SYNC/ASYNC (either way), replicas
+    only 3 or 5 (changing it is a membership change), no kubectl scale on it; a classic group
+    still switches between SYNC and ASYNC."""
     apply(api, group("dlfixed", replicationMode="DLEDGER", replicas=3))
     apply(api, group("classic", replicationMode="ASYNC", slaves=1))
     try:
@@ -248,11 +248,11 @@ def test_dledger_groups_keep_their_mode_and_size(api: kubeapi.ApiServer) -> None
         assert result.returncode != 0
         assert "cannot change between DLEDGER and SYNC/ASYNC" in result.stderr, result.stderr
         apply(api, group("classic", replicationMode="SYNC", slaves=1))  # still allowed
-        result = apply(api, group("dlfixed", replicationMode="DLEDGER", replicas=5), check=False)
+        apply(api, group("dlfixed", replicationMode="DLEDGER", replicas=5))  # a resize
+        result = apply(api, group("dlfixed", replicationMode="DLEDGER", replicas=4), check=False)
         assert result.returncode != 0
-        assert "membership change is not implemented" in result.stderr, result.stderr
-        # absent means 3: dropping the field is no change
-        apply(api, group("dlfixed", replicationMode="DLEDGER"))
+        assert "spec.replicas must be 3 or 5" in result.stderr, result.stderr
+        apply(api, group("dlfixed", replicationMode="DLEDGER"))  # absent means 3
         out = api.kubectl("scale", "-n", NS, "bg/dlfixed", "--replicas=2", check=False)
         assert out.returncode != 0, out.stdout
         assert "a DLEDGER group is not scaled through spec.slaves" in out.stderr, out.stderr

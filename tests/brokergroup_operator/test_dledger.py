@@ -81,34 +81,50 @@ def test_classic_groups_ignore_replicas_and_may_reuse_the_dledger_port():
     assert not group.dledger
 
 
-def test_mode_switches_and_resizes_are_refused_against_the_existing_statefulsets():
+def test_mode_switches_are_refused_against_the_existing_statefulsets():
     classic = parse_spec("bg", "ns", {"image": "x", "slaves": 2})
-    check_children(classic, {"bg-master": 1, "bg-slave": 2})
-    check_children(spec(), {"bg-peers": 3})
-    check_children(spec(), {})  # a new group
+    check_children(classic, ["bg-master", "bg-slave"])
+    check_children(spec(), ["bg-peers"])
+    check_children(spec(replicas=5), ["bg-peers"])  # a resize: the membership change
+    check_children(spec(), [])  # a new group
     with pytest.raises(SpecError, match="cannot change to DLEDGER") as err:
-        check_children(spec(), {"bg-master": 1, "bg-slave": 2})
+        check_children(spec(), ["bg-master", "bg-slave"])
     assert err.value.field == "spec.replicationMode"
     with pytest.raises(SpecError, match="cannot change from DLEDGER to ASYNC"):
-        check_children(classic, {"bg-peers": 3})
-    with pytest.raises(SpecError, match="membership change is not implemented") as err:
-        check_children(spec(replicas=5), {"bg-peers": 3})
-    assert err.value.field == "spec.replicas"
-    with pytest.raises(SpecError, match="cannot change from DLEDGER"):
-        check_children(classic, {"bg-peers": None})
+        check_children(classic, ["bg-peers"])
 
 
-def test_the_group_size_is_read_from_the_template_not_the_replicas():
-    """A peers StatefulSet scaled by hand is drift (repaired), not a resize of the group: its
-    size as applied is the number of peers its pod template names."""
-    from brokergroup_operator.dledger import peers_in_template
+def test_the_membership_is_read_from_the_annotation_not_the_replicas():
+    """A peers StatefulSet scaled by hand is drift (repaired), not a resize of the group: the
+    membership the operator decided is its annotation (or, for a StatefulSet from before
+    membership change, the peers its pod template names)."""
+    from brokergroup_operator.dledger import members_of
 
-    sts = m.statefulset(spec(replicas=5), OWNER, m.PEER)
+    sts = m.statefulset(spec(replicas=5), OWNER, m.PEER, dledger_size=(4, 3))
     sts["spec"]["replicas"] = 2
-    assert peers_in_template(sts["spec"]) == 5
-    assert peers_in_template(m.statefulset(spec(), OWNER, m.PEER)["spec"]) == 3
+    assert members_of(sts["metadata"], sts["spec"]) == 4
+    fresh = m.statefulset(spec(), OWNER, m.PEER)
+    assert members_of(fresh["metadata"], fresh["spec"]) == 3 == fresh["spec"]["replicas"]
+    old = {
+        "template": {
+            "spec": {
+                "containers": [
+                    {
+                        "env": [
+                            {
+                                "name": "HABROKER_dLegerPeers",
+                                "value": "n0-a:1;n1-b:1;n2-c:1;n3-d:1;n4-e:1",
+                            }
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    assert members_of({}, old) == 5
     classic = parse_spec("bg", "ns", {"image": "x"})
-    assert peers_in_template(m.statefulset(classic, OWNER, m.SLAVE)["spec"]) is None
+    slave = m.statefulset(classic, OWNER, m.SLAVE)
+    assert members_of(slave["metadata"], slave["spec"]) is None
 
 
 # -- manifests ---------------------------------------------------------------------------
@@ -154,8 +170,13 @@ def test_peers_statefulset():
     pod = sts["spec"]["template"]
     (container,) = pod["spec"]["containers"]
     env = {e["name"]: e.get("value") for e in container["env"]}
-    assert env["HABROKER_dLegerPeers"] == m.dledger_peers(spec(replicas=5))
+    # the membership is in broker.conf, not the template: changing it restarts nobody
+    assert "HABROKER_dLegerPeers" not in env
     assert "HABROKER_dLegerSelfId" not in env and env["HABROKER_brokerRole"] == "SLAVE"
+    assert sts["metadata"]["annotations"]["brokergroup.io/dledger-members"] == "5"
+    grown = m.statefulset(spec(replicas=5), OWNER, m.PEER, dledger_size=(4, 3))
+    assert grown["spec"]["replicas"] == 3
+    assert grown["spec"]["template"] == sts["spec"]["template"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports["dledger"] == 40911
     # the same security context as the classic pods: non-root, no privileges
@@ -258,7 +279,7 @@ def pod(ordinal, ready=True, revision="r1", deleting=False, role=None):
     )
 
 
-def view(ordinal, role, term, end, committed=None, peers=None, leader="n0"):
+def view(ordinal, role, term, end, committed=None, peers=None, leader="n0", members=3):
     return {
         "brokerId": 0 if role == "LEADER" else ordinal + 1,
         "maxOffset": end * 100,
@@ -274,7 +295,8 @@ def view(ordinal, role, term, end, committed=None, peers=None, leader="n0"):
             "ledgerEndTerm": term,
             "committedIndex": end if committed is None else committed,
             "elections": term,
-            "peers": peers or [],
+            # every peer lists its membership; only the leader knows the others' marks
+            "peers": peers or [{"id": f"n{i}", "matchIndex": -1} for i in range(members)],
         },
     }
 
@@ -308,7 +330,10 @@ def quorum(lags=(0, 0, 0), leader=0, term=3, dead=()):
             )  # fmt: skip
         else:
             reports.append(
-                BrokerReport(pod(i), view(i, "FOLLOWER", term, 100 - lag, leader=f"n{leader}"))
+                BrokerReport(
+                    pod(i),
+                    view(i, "FOLLOWER", term, 100 - lag, leader=f"n{leader}", members=len(lags)),
+                )
             )
     return reports
 

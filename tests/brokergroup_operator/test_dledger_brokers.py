@@ -25,6 +25,15 @@ from brokergroup_operator.status import BrokerReport, PodInfo
 from brokergroup_operator.sweep import GroupState, poll_broker, sweep
 from habroker.local import LocalDLedgerGroup
 
+from tests.habroker.test_dledger import FAST as BROKER_FAST
+from tests.habroker.test_dledger import (
+    agreed_statuses,
+    create_topic,
+    log_entries,
+    produce,
+    read_all,
+)
+
 LOG = logging.getLogger("test")
 FAST = {
     "dLegerHeartBeatIntervalMs": 300,
@@ -42,8 +51,10 @@ def quorum(tmp_path: Path):
     group.stop()
 
 
-def spec() -> GroupSpec:
-    return parse_spec("bg", "ns", {"image": "x", "replicationMode": "DLEDGER", "replicas": 3})
+def spec(replicas: int = 3) -> GroupSpec:
+    return parse_spec(
+        "bg", "ns", {"image": "x", "replicationMode": "DLEDGER", "replicas": replicas}
+    )
 
 
 class Harness:
@@ -52,8 +63,28 @@ class Harness:
         self.brokers = BrokerAPI(session, timeout=2.0)
         self.state = GroupState()
         self.status: dict[str, Any] = {}
-        self.addresses = {f"bg-peers-{i}": p.http_address for i, p in enumerate(local.peers)}
         self.deleted: list[str] = []
+        self.replicas = 3
+        self.sizes: list[tuple[int, int]] = []
+
+    @property
+    def addresses(self) -> dict[str, str]:
+        return {f"bg-peers-{i}": p.http_address for i, p in enumerate(self.local.peers)}
+
+    async def apply_size(self, size: tuple[int, int]) -> None:
+        """What applying the children does for a DLEDGER group's size: broker.conf names
+        ``members`` peers (a pod started now boots with it) and the StatefulSet runs
+        ``replicas`` pods, added or removed at the highest ordinal."""
+        members, replicas = size
+        self.sizes.append(size)
+        local = self.local
+        while len(local.peers) < replicas:
+            i = len(local.peers)
+            peer = local._peer(i, local.members_text(members))
+            local.peers.append(peer)
+            await asyncio.to_thread(peer.start, False)
+        while len(local.peers) > replicas:
+            await asyncio.to_thread(local.peers.pop().stop)
 
     def resolve(self, group: GroupSpec, pod: PodInfo) -> str | None:
         return self.addresses.get(pod.name)
@@ -72,23 +103,28 @@ class Harness:
             )
         )
 
-    async def run(self, revisions: dict[str, str] | None = None) -> Any:
+    async def run(self, revisions: dict[str, str] | None = None, replicas: int = 3) -> Any:
         async def delete_pod(name: str) -> bool:
             self.deleted.append(name)
             return True
 
+        sts = StsInfo(
+            "bg-peers", 1, 1, update_revision="r2", replicas=len(self.local.peers), members=3
+        )
         result = await sweep(
             brokers=self.brokers,
             settings=Settings(),
-            group=spec(),
+            group=spec(replicas),
             pods=self.pods(revisions),
-            statefulsets={"bg-peers": StsInfo("bg-peers", 1, 1, update_revision="r2", replicas=3)},
+            statefulsets={"bg-peers": sts},
             previous=self.status,
             state=self.state,
             generation=1,
             delete_pod=delete_pod,
             logger=LOG,
             resolve=self.resolve,
+            apply_dledger_size=self.apply_size,
+            dledger_peers_text=self.local.members_text,
         )
         self.status = result.status
         return result
@@ -157,3 +193,82 @@ async def test_status_follows_the_real_leader_and_a_roll_transfers_leadership(
 async def _ran_and_deleted(h: Harness, revisions: dict[str, str], pod: str) -> bool:
     await h.run(revisions)
     return pod in h.deleted
+
+
+async def test_resize_three_to_five_to_three_one_peer_at_a_time(tmp_path: Path) -> None:
+    """spec.replicas 3 → 5 → 3 through the operator's sweeps against real peers: each step
+    tells every running peer the new membership before a pod is added, and removes a pod only
+    after every member has forgotten it; the leader leaves last by a transfer; writes keep
+    being acknowledged and the peers that remain hold every one of them."""
+    local = LocalDLedgerGroup(tmp_path / "g", 3, slots=5, **BROKER_FAST).start()
+    try:
+        async with aiohttp.ClientSession() as session:
+            h = Harness(local, session)
+            await asyncio.to_thread(create_topic, local)
+            sent: list[str] = []
+
+            async def write(tag: str) -> None:
+                leader = await asyncio.to_thread(local.leader)
+                sent.extend(await asyncio.to_thread(produce, leader, tag, 16))
+
+            events: list[str] = []
+
+            async def settled(replicas: int) -> bool:
+                result = await h.run(replicas=replicas)
+                events.extend(f"{e.reason}: {e.message}" for e in result.events)
+                d = result.status["dledger"]
+                return bool(
+                    d["members"] == replicas
+                    and "membership" not in d
+                    and len(local.peers) == replicas
+                    and result.status["phase"] == "Running"
+                )
+
+            await until(lambda: settled(3), 30, "a settled group of 3")
+            await write("three")
+            events.clear()
+
+            async def grown() -> bool:
+                await write("growing")
+                return await settled(5)
+
+            await until(grown, 120, "five members")
+            assert h.sizes == [(4, 3), (4, 4), (5, 4), (5, 5)], h.sizes
+            assert sum("MembershipChanged" in e for e in events) == 2, events
+            for peer in local.peers:
+                status = local.dledger_status(peer)
+                assert status is not None
+                assert [p["id"] for p in status["peers"]] == [f"n{i}" for i in range(5)]
+            # the leader must leave last: put it on the last peer, the sweep moves it back
+            await asyncio.to_thread(agreed_statuses, local)
+            current = local.leader()
+            if current is not local.peers[-1]:
+                code, body = current.request(
+                    "POST",
+                    "/v1/admin/dledger/leadership-transfer",
+                    {"transfereeId": "n4"},
+                    timeout=30,
+                )
+                assert code == 200, body
+            h.sizes.clear()
+            events.clear()
+
+            async def shrunk() -> bool:
+                await write("shrinking")
+                return await settled(3)
+
+            await until(shrunk, 120, "three members again")
+            assert h.sizes == [(4, 5), (4, 4), (3, 4), (3, 3)], h.sizes
+            assert sum("MembershipChanged" in e for e in events) == 2, events
+            await write("three-again")
+            end = await asyncio.to_thread(local.wait_converged)
+            got = await asyncio.to_thread(read_all, await asyncio.to_thread(local.leader))
+            assert sorted(got) == sorted(x.encode() for x in sent)
+        local.stop()
+        logs = [log_entries(p) for p in local.peers]
+        assert all(log == logs[0] for log in logs), "every remaining peer holds the same log"
+        kept = [b.decode() for *_, b in logs[0]]
+        assert sorted(kept) == sorted(sent), "every acknowledged message, once"
+        print(f"3 → 5 → 3 by the sweep: {len(sent)} acknowledged, on every peer; ledger end {end}")
+    finally:
+        local.stop()
