@@ -6,7 +6,10 @@ under load from a client pod: four producers, one message at a time, no retries.
 * delete the leader pod: the other two elect a new leader at a higher term by themselves; the
   test prints the seconds without an accepted write and asserts that every acknowledged
   message is on the new leader, that `kubectl get bg` names the new leader and term, and that
-  the deleted pod comes back as a caught-up follower.
+  the deleted pod comes back as a caught-up follower;
+* the restart annotation rolls followers first and transfers leadership off the leader;
+* spec.replicas 3 → 5 → 3 under load: the membership changes one peer at a time and nothing
+  acknowledged is lost.
 """
 
 from __future__ import annotations
@@ -46,13 +49,17 @@ class Group:
         leader = self.dledger.get("leader")
         return str(leader) if leader else None
 
-    def serving(self) -> bool:
-        """A leader serves and every peer is live and caught up."""
+    def serving(self, peers_wanted: int = PEERS) -> bool:
+        """A leader serves and every peer is live and caught up (and no membership change is
+        under way)."""
         st = self.status()
-        peers = (st.get("dledger") or {}).get("peers") or []
+        d = st.get("dledger") or {}
+        peers = d.get("peers") or []
         return (
             condition(st, "Ready") == "True"
-            and len(peers) == PEERS
+            and len(peers) == peers_wanted
+            and d.get("members", peers_wanted) == peers_wanted
+            and not d.get("membership")
             and all(p.get("live") and p.get("inSync") for p in peers)
         )
 
@@ -244,3 +251,57 @@ def test_restart_annotation_rolls_followers_first_and_transfers_leadership(group
     # followers first; the old leader last, after the transfer made it a follower
     assert len(restarts) == PEERS and restarts[-1] == f"restarting follower {old_leader}", restarts
     assert when(transferred[-1]) <= when(rolled[-1])
+
+
+def test_resize_three_to_five_to_three_under_load(group: Group) -> None:
+    """`spec.replicas` 3 → 5, then back to 3, each under load: the operator changes the
+    membership one peer at a time (MembershipChanged Events n3, n4 joining, then leaving), the
+    new peers catch up, the removed pods go, every acknowledged message is on the leader, and
+    no pod outside the change restarts (the membership is not in the pod template)."""
+    g = group
+    eventually(g.serving, 240, "the quorum serving")
+    uids = {}
+    for i in range(PEERS):
+        obj = g.pod(f"{g.name}-peers-{i}")
+        assert obj is not None
+        uids[obj["metadata"]["name"]] = obj["metadata"]["uid"]
+    before = len(events(g, "MembershipChanged"))
+    report = []
+    for size in (5, 3):
+        topic = f"DLedgerResize{size}{os.urandom(2).hex()}"
+        load = Load(g, topic, seconds=75)  # type: ignore[arg-type]
+        time.sleep(5)
+        started = time.monotonic()
+        g.c.kubectl(
+            "-n", g.ns, "patch", "bg", g.name, "--type=merge", "-p", f'{{"spec":{{"replicas":{size}}}}}'
+        )  # fmt: skip
+        eventually(lambda: g.serving(size), 420, f"{size} peers serving")  # noqa: B023
+        took = time.monotonic() - started
+        result = load.result()
+        acked = result["acked"]
+        assert acked, f"nothing acknowledged: {result['notAcked']}"
+        leader = g.leader
+        assert leader is not None
+        obj = g.pod(leader)
+        assert obj and obj["status"].get("podIP")
+        out = g.c.client(
+            g.ns, g.client, "read", "--broker", f"{obj['status']['podIP']}:10913", "--topic", topic
+        )
+        missing = [b for b in acked if b not in set(out["bodies"])]
+        pause = max((s for _, s in result["gaps"]), default=0.0)
+        report.append(
+            f"to {size}: {took:.0f}s, acknowledged={len(acked)} "
+            f"not-acknowledged={result['notAcked']} missing={len(missing)} "
+            f"longest-pause={pause:.1f}s"
+        )
+        assert not missing, f"{len(missing)} acknowledged messages missing, e.g. {missing[:5]}"
+        assert [p["id"] for p in g.dledger["peers"]] == [f"n{i}" for i in range(size)]
+    changed = [e["message"] for e in events(g, "MembershipChanged")][before:]
+    table = g.c.kubectl("-n", g.ns, "get", "bg", g.name)
+    print("\n[dledger:resize] " + "; ".join(report) + f"\n  {changed}\n{table}", flush=True)
+    assert len(changed) == 4, changed
+    assert [m.split(":")[0] for m in changed] == ["n3 joins", "n4 joins", "n4 leaves", "n3 leaves"]
+    eventually(lambda: g.pod(f"{g.name}-peers-3") is None, 120, "bg-peers-3 removed")
+    for name, uid in uids.items():  # nobody else restarted
+        obj = g.pod(name)
+        assert obj is not None and obj["metadata"]["uid"] == uid, name

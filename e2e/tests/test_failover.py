@@ -65,11 +65,12 @@ def group(cluster: Cluster, broker_image: str, operator_image: str) -> Iterator[
 class Load:
     """e2e/client.py `load` running in the client pod while the test breaks the master."""
 
-    def __init__(self, g: Group, topic: str) -> None:
+    def __init__(self, g: Group, topic: str, seconds: float = LOAD_SECONDS) -> None:
         namesrv = f"{g.name}-namesrv:9876"
+        self.seconds = seconds
         cmd = [
             g.c.kubectl_bin, "-n", g.ns, "exec", "-i", g.client, "--", "python3", "-", "load",
-            "--namesrv", namesrv, "--topic", topic, "--seconds", str(LOAD_SECONDS),
+            "--namesrv", namesrv, "--topic", topic, "--seconds", str(seconds),
         ]  # fmt: skip
         g.c.check()
         self.proc = subprocess.Popen(
@@ -86,7 +87,7 @@ class Load:
         self.proc.stdin = None  # communicate() must not flush it again
 
     def result(self) -> dict[str, Any]:
-        out, err = self.proc.communicate(timeout=LOAD_SECONDS + 120)
+        out, err = self.proc.communicate(timeout=self.seconds + 120)
         assert self.proc.returncode == 0, err[-2000:]
         return dict(json.loads(out.strip().splitlines()[-1]))
 
