@@ -269,7 +269,7 @@ def test_resize_three_to_five_to_three_under_load(group: Group) -> None:
     report = []
     for size in (5, 3):
         topic = f"DLedgerResize{size}{os.urandom(2).hex()}"
-        load = Load(g, topic, seconds=75)  # type: ignore[arg-type]
+        load = Load(g, topic)  # type: ignore[arg-type]
         time.sleep(5)
         started = time.monotonic()
         g.c.kubectl(
