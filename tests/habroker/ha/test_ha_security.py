@@ -289,5 +289,6 @@ def test_slave_is_back_soon_after_a_master_restart(group) -> None:
                 break
             time.sleep(0.05)
     took = time.monotonic() - up
+    print(f"SYNC answered {status} {took:.2f}s after the master's HA port came up")
     assert status == "PUT_OK", f"SYNC still {status} {took:.1f}s after the HA port came up"
     g.wait_replicated()
