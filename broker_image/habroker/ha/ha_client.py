@@ -176,7 +176,8 @@ class HAClient:
             family, kind, proto, _, sockaddr = infos[0]
             sock = socket.socket(family, kind, proto)
             tune_socket(sock)
-            await asyncio.wait_for(loop.sock_connect(sock, sockaddr), CONNECT_TIMEOUT)
+            async with asyncio.timeout(CONNECT_TIMEOUT):  # wait_for could swallow a switch
+                await loop.sock_connect(sock, sockaddr)
         except (OSError, TimeoutError) as exc:
             if sock is not None:
                 sock.close()
