@@ -136,6 +136,36 @@ async def test_a_caught_up_slave_confirms_only_what_it_was_sent(nodes) -> None:
     await peer.close()
 
 
+async def test_attacker_acking_later_bytes_does_not_release_an_earlier_put(nodes) -> None:
+    """The attacker claims the whole log, then reads and acks what it is sent: that proves the
+    later put, not the put that was waiting before its connection started."""
+    master = await nodes("master", brokerRole=BrokerRole.SYNC_MASTER, syncFlushTimeout=1500)
+    real = await JavaSlaveStandIn.connect(master.config.haListenPort)
+    await real.report(0)  # a slave that then stops acking
+    await wait_until(lambda: master.ha.connection_count == 1, what="slave registered")
+    first = master.store.put_messages(
+        "T", 0, [BatchEntry(0, b"a" * 100, b"")], born_host=("127.0.0.1", 1)
+    )
+    earlier = asyncio.ensure_future(master.ha.handle_put(first))
+    await asyncio.sleep(0.05)
+    attacker = await JavaSlaveStandIn.connect(master.config.haListenPort)
+    await attacker.report(first.next_offset)  # "I have everything"
+    await wait_until(lambda: master.ha.connection_count == 2, what="attacker registered")
+    second = master.store.put_messages(
+        "T", 0, [BatchEntry(0, b"b" * 100, b"")], born_host=("127.0.0.1", 1)
+    )
+    later = asyncio.ensure_future(master.ha.handle_put(second))
+    offset, body = await attacker.read_frame()
+    while not body:
+        offset, body = await attacker.read_frame()
+    assert offset + len(body) == second.next_offset
+    await attacker.report(second.next_offset)
+    assert await asyncio.wait_for(later, 10) is PutStatus.PUT_OK
+    assert await asyncio.wait_for(earlier, 10) is PutStatus.FLUSH_SLAVE_TIMEOUT
+    await attacker.close()
+    await real.close()
+
+
 # -- 2. rejected connections are closed and never counted -------------------------------------
 async def test_store_data_wait_always_propagates_cancellation(nodes) -> None:
     """Data arriving in the same loop turn as a cancellation must not swallow it (3.11's
