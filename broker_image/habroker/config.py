@@ -120,6 +120,8 @@ class BrokerConfig:
     haHousekeepingInterval: int = 20000
     haTransferBatchSize: int = 32768
     haMaxGapNotInSync: int = 256 * 1024 * 1024
+    # habroker: HA connections a master keeps open at once; more are closed at accept
+    haMaxConnections: int = 32
     haSyncFromLastFile: bool = False  # habroker: RocketMQ's classic rule for a new slave
     # a slave silent this long (ms) leaves the master's in-sync set (RocketMQ 5's key)
     haMaxTimeSlaveNotCatchup: int = 15000
@@ -263,6 +265,7 @@ class BrokerConfig:
             "flushIntervalConsumeQueue",
             "haSendHeartbeatInterval",
             "haHousekeepingInterval",
+            "haMaxConnections",
             "syncFlushTimeout",
             "cleanResourceInterval",
             "metaSyncInterval",

@@ -220,6 +220,11 @@ class BrokerCollector(Collector):
             "SYNC_MASTER puts answered SLAVE_NOT_AVAILABLE (no slave in sync).",
             m["slaveNotAvailableTotal"],
         )
+        yield f.counter(
+            "habroker_ha_refused_connections",
+            "HA connections closed at accept because haMaxConnections were open.",
+            m["refusedConnectionsTotal"],
+        )
         slaves: list[dict[str, Any]] = m["slaves"]
         for name, key, help_text in (
             ("habroker_ha_slave_ack_offset", "ackOffset", "Offset the slave acknowledged."),

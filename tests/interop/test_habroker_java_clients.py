@@ -239,6 +239,51 @@ def test_java_slave_copies_metadata_from_a_habroker_master(netns: NetNS) -> None
     slave.stop()
 
 
+@pytest.mark.parametrize("version", ["4.9.7", "5.3.1"])
+def test_java_slave_acks_confirm_sync_sends_on_a_habroker_sync_master(
+    netns: NetNS, version: str
+) -> None:
+    """A habroker SYNC_MASTER counts a Java slave's acks as confirmations: the master confirms
+    only bytes it sent on that connection (its first report is where the copy starts, not an
+    ack), so every Java SYNC send answers SEND_OK through the real slave's reports."""
+    from tests.interop.rocketmq_java import BrokerSpec, JavaBroker
+
+    master = netns.local_broker(
+        netns.root / "habroker-master",
+        brokerRole="SYNC_MASTER",
+        mappedFileSizeCommitLog=64 * 1024 * 1024,  # the Java slave's file size
+        listenPort=10911,
+        fastListenPort=-1,
+    )
+    master.start()
+    namesrv = master.address
+    create_topic(netns, "T-sync", 2, namesrv=namesrv)
+    early = produce(netns, "T-sync", "--count", "5", "--id-prefix", "e-", namesrv=namesrv)
+    assert {e["status"] for e in events_of(early, "send")} == {"SLAVE_NOT_AVAILABLE"}
+    slave = JavaBroker(
+        netns, version, netns.root / "java-slave",
+        BrokerSpec(broker_id=1, role="SLAVE", namesrv_addr=namesrv, listen_port=10921,
+                   extra={"mappedFileSizeCommitLog": 64 * 1024 * 1024}),
+    )  # fmt: skip
+    slave.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # copied the backlog: its acks cover sent bytes
+        status = master.status()
+        slaves = status["master"]["slaves"]
+        if slaves and slaves[0]["confirmedOffset"] == status["maxOffset"]:
+            break
+        time.sleep(0.5)
+    assert slaves and slaves[0]["confirmedOffset"] == status["maxOffset"] > 0, (
+        f"{status}\n{slave.tail_log()}"
+    )
+    events = produce(netns, "T-sync", "--count", "20", "--id-prefix", "s-", namesrv=namesrv)
+    sends = events_of(events, "send")
+    assert [e["status"] for e in sends] == ["SEND_OK"] * 20, sends
+    status = master.status()
+    assert status["master"]["push2SlaveMaxOffset"] == status["maxOffset"]
+    slave.stop()
+
+
 # -- read redirection ------------------------------------------------------------------------------
 
 

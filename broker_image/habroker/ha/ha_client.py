@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -36,8 +37,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-RECONNECT_BACKOFF_MIN = 1.0
-RECONNECT_BACKOFF_MAX = 5.0
+# A failed connection is retried after a delay that starts at RECONNECT_BACKOFF_MIN and doubles
+# up to RECONNECT_BACKOFF_MAX, each delay drawn from [backoff/2, backoff] so that the slaves of
+# a restarted master do not knock in step. A refused connect is cheap; SYNC producers get
+# SLAVE_NOT_AVAILABLE until the slave is back, so the cap is short (RocketMQ waits 5 s).
+RECONNECT_BACKOFF_MIN = 0.1
+RECONNECT_BACKOFF_MAX = 1.0
 _YIELD_EVERY = 1 << 20  # bytes received without suspending before letting others run
 _REPORT_EVERY = 4 << 20  # bytes appended between reports while more data is queued
 
@@ -149,8 +154,10 @@ class HAClient:
             if progressed:
                 backoff = self.backoff_min
                 continue  # e.g. an offset mismatch after good frames: re-report at once
+            delay = random.uniform(backoff / 2, backoff)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._switch.wait(), backoff)
+                async with asyncio.timeout(delay):  # not wait_for: it can swallow a stop
+                    await self._switch.wait()
             backoff = min(backoff * 2, self.backoff_max)
 
     async def _connect_and_serve(self, address: str) -> bool:
@@ -169,7 +176,8 @@ class HAClient:
             family, kind, proto, _, sockaddr = infos[0]
             sock = socket.socket(family, kind, proto)
             tune_socket(sock)
-            await asyncio.wait_for(loop.sock_connect(sock, sockaddr), CONNECT_TIMEOUT)
+            async with asyncio.timeout(CONNECT_TIMEOUT):  # wait_for could swallow a switch
+                await loop.sock_connect(sock, sockaddr)
         except (OSError, TimeoutError) as exc:
             if sock is not None:
                 sock.close()

@@ -8,14 +8,24 @@ Reports are checked more strictly than RocketMQ does, because an ack releases SY
 producers: after the first report a slave can only acknowledge bytes this connection has put
 on the wire, and its acks never go backwards. Anything else is garbage (or a misaligned
 stream) and drops the connection.
+
+The first report only says where the transfer starts. The plain protocol has no
+authentication, so it proves nothing: a connection confirms replication (releases SYNC
+producers) only for bytes it has sent itself, ``(transfer_start, in_flight_end]``.
+
+A connection costs little until its peer speaks: one reader task with a small buffer; the
+writer task starts with the first report. Once either task ends the connection is closed at
+once (socket shut down, removed from the service) even before both tasks have finished.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import time
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING
 
 from habroker.ha.protocol import REPORT, PeerClosed, ProtocolError, send_frame
@@ -25,7 +35,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_READ_BUFFER_SIZE = 64 * 1024
+_READ_BUFFER_SIZE = 32 * 8  # reports are 8 bytes, a few per second: 32 of them per read
 _NO_DATA_RETRY = 0.1  # seconds; RocketMQ's data wait when an offset is not readable yet
 _YIELD_EVERY = 1 << 20  # bytes sent without the socket blocking before letting others run
 
@@ -42,43 +52,63 @@ class HAConnection:
         self.last_read_at = now
         self.last_report_at: float | None = None
         self.request_offset = -1  # the first report: where the slave wants to start
-        self.ack_offset = -1  # the latest report
+        self.ack_offset = -1  # the latest report (a claim: the first one is not checked)
+        self.transfer_start = -1  # where this connection's first frame starts
+        self.confirmed_offset = -1  # the latest report covering bytes this connection sent
         self.next_transfer_offset = -1  # where the next frame starts
         self.in_flight_end = -1  # end of the frame being sent (the most a slave can ack)
         self.sent_bytes = 0
         self.reports = 0
-        self._reported = asyncio.Event()
+        self.closed = False
         self._close_reason: str | None = None
         self._close_level = logging.INFO
         self._tasks: list[asyncio.Task[None]] = []
+        self._ended: asyncio.Future[None] | None = None
 
     @property
     def has_reported(self) -> bool:
         return self.request_offset >= 0
+
+    @property
+    def is_slave(self) -> bool:
+        """Open and has sent a valid first report: counts as a connected slave."""
+        return self.has_reported and not self.closed
 
     def close(self, reason: str, level: int = logging.INFO) -> None:
         """Stop both sides; ``run`` logs ``reason`` and closes the socket."""
         if self._close_reason is None:
             self._close_reason = reason
             self._close_level = level
-        for task in self._tasks:
-            task.cancel()
+        self._end()
+
+    def _end(self, _task: object = None) -> None:
+        if self._ended is not None and not self._ended.done():
+            self._ended.set_result(None)
+
+    def _spawn(self, coro: Coroutine[None, None, None], name: str) -> None:
+        task = asyncio.create_task(coro, name=f"{name} {self.address}")
+        task.add_done_callback(self._end)
+        self._tasks.append(task)
 
     async def run(self) -> None:
         """Serve until the slave goes away, breaks the protocol, or ``close`` is called."""
-        reader = asyncio.create_task(self._read_loop(), name=f"ha-read {self.address}")
-        writer = asyncio.create_task(self._write_loop(), name=f"ha-write {self.address}")
-        self._tasks = [reader, writer]
+        self._ended = asyncio.get_running_loop().create_future()
+        if self._close_reason is None:
+            self._spawn(self._read_loop(), "ha-read")
+        else:  # closed before it ran (the master stopping)
+            self._end()
         try:
-            await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
+            await self._ended
         finally:
-            for task in self._tasks:
-                task.cancel()
-            results = await asyncio.gather(*self._tasks, return_exceptions=True)
-            self.sock.close()
+            # Closed from here on, whatever the tasks do: the reason is logged, the service
+            # forgets it (it no longer counts as a slave) and the peer sees the end of the
+            # stream now. A task that swallowed its cancellation then fails on the socket.
+            self.closed = True
             reason, level = self._close_reason, self._close_level
             if reason is None:
-                reason, level = _describe(results)
+                reason, level = _describe(
+                    [None if t.cancelled() else t.exception() for t in self._tasks if t.done()]
+                )
             log.log(
                 level,
                 "HA connection from slave %s closed: %s (acked %d, sent %d bytes)",
@@ -87,6 +117,18 @@ class HAConnection:
                 self.ack_offset,
                 self.sent_bytes,
             )
+            self.service.forget(self)
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_RDWR)
+            while self._tasks:
+                for task in self._tasks:
+                    task.cancel()
+                done, _ = await asyncio.wait(self._tasks, timeout=1.0)
+                for task in done:
+                    self._tasks.remove(task)
+                    if not task.cancelled() and task.exception() is not None:
+                        log.debug("HA connection %s: %r at close", self.address, task.exception())
+            self.sock.close()
 
     # -- reader: offset reports --------------------------------------------------------------
     async def _read_loop(self) -> None:
@@ -94,6 +136,7 @@ class HAConnection:
         buf = bytearray(_READ_BUFFER_SIZE)
         view = memoryview(buf)
         partial = b""
+        confirmed = -1
         while True:
             n = await loop.sock_recv_into(self.sock, view)
             if n == 0:
@@ -108,7 +151,9 @@ class HAConnection:
             partial = bytes(data[whole:])
             if whole:
                 self.last_report_at = self.last_read_at
-                self.service.notify_transfer_some(self.ack_offset)
+                if self.confirmed_offset > confirmed:
+                    confirmed = self.confirmed_offset
+                    self.service.notify_transfer_some(confirmed, self.transfer_start)
 
     def _accept_report(self, value: int) -> None:
         if value < 0:
@@ -123,8 +168,10 @@ class HAConnection:
                 )
             self.request_offset = value
             self.ack_offset = value
-            self._reported.set()
+            start = self._start_offset()
+            self.transfer_start = self.next_transfer_offset = self.in_flight_end = start
             log.info("HA slave %s reports offset %d", self.address, value)
+            self._spawn(self._write_loop(), "ha-write")
             return
         if value < self.ack_offset:
             raise ProtocolError(
@@ -137,6 +184,8 @@ class HAConnection:
                 f"protocol error: report {value} acknowledges bytes never sent (sent up to {limit})"
             )
         self.ack_offset = value
+        if value > self.transfer_start:  # covers bytes this connection sent
+            self.confirmed_offset = value
 
     # -- writer: transfer frames -----------------------------------------------------------
     def _start_offset(self) -> int:
@@ -152,9 +201,7 @@ class HAConnection:
         loop = asyncio.get_running_loop()
         service = self.service
         store = service.store
-        await self._reported.wait()  # a master sends nothing before the first report
-        offset = self._start_offset()
-        self.next_transfer_offset = self.in_flight_end = offset
+        offset = self.transfer_start  # started by the first report: a master sends nothing before
         log.info("HA slave %s: transfer starts at offset %d", self.address, offset)
         last_write = time.monotonic()
         sock = self.sock
@@ -218,6 +265,8 @@ class HAConnection:
             "inSync": lag < max_gap and silent <= max_silence,
             "connectedSeconds": round(now - self.connected_at, 3),
             "requestOffset": self.request_offset,
+            "confirmedOffset": self.confirmed_offset,
+            "transferStart": self.transfer_start,
             "nextTransferOffset": self.next_transfer_offset,
             "sentBytes": self.sent_bytes,
         }

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+_REFUSED_LOG_INTERVAL = 1.0  # seconds between "refused" lines during a connection flood
+
 
 class HAService:
     """Accepts slaves, streams the commit log to them, and tracks what they acknowledged."""
@@ -41,6 +43,9 @@ class HAService:
         self.connections: dict[HAConnection, asyncio.Task[None]] = {}
         self.dropped_total = 0
         self.slave_not_available_total = 0
+        self.refused_total = 0
+        self._refused_unlogged = 0
+        self._refused_logged_at = -_REFUSED_LOG_INTERVAL
         self._housekeeping: asyncio.Task[None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -55,9 +60,10 @@ class HAService:
             self._housekeeping.cancel()
             await asyncio.gather(self._housekeeping, return_exceptions=True)
             self._housekeeping = None
+        tasks = list(self.connections.values())
         for conn in list(self.connections):
             conn.close("master shutting down")
-        await asyncio.gather(*self.connections.values(), return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         self.group_transfer.shutdown()
 
     @property
@@ -65,15 +71,39 @@ class HAService:
         return self.accept_service.address
 
     def _on_accept(self, sock: socket.socket, address: str) -> None:
+        limit = self.config.haMaxConnections
+        if len(self.connections) >= limit:
+            sock.close()
+            self._refuse(address, limit)
+            return
         conn = HAConnection(self, sock, address)
         log.info("HA connection from %s accepted", address)
         task = asyncio.create_task(conn.run(), name=f"ha-conn {address}")
         self.connections[conn] = task
-        task.add_done_callback(lambda _t: self._forget(conn))
+        task.add_done_callback(lambda _t: self.forget(conn))
 
-    def _forget(self, conn: HAConnection) -> None:
-        self.connections.pop(conn, None)
-        self.dropped_total += 1
+    def _refuse(self, address: str, limit: int) -> None:
+        """Count a refused connection; log the first one, then at most a line a second."""
+        self.refused_total += 1
+        self._refused_unlogged += 1
+        now = time.monotonic()
+        if now - self._refused_logged_at < _REFUSED_LOG_INTERVAL:
+            return
+        more = self._refused_unlogged - 1
+        log.warning(
+            "HA connection from %s refused: %d connections open (haMaxConnections=%d)%s",
+            address,
+            len(self.connections),
+            limit,
+            f"; {more} more refused since the last such line" if more else "",
+        )
+        self._refused_logged_at = now
+        self._refused_unlogged = 0
+
+    def forget(self, conn: HAConnection) -> None:
+        """Drop a closed connection: it no longer counts as a slave or against the cap."""
+        if self.connections.pop(conn, None) is not None:
+            self.dropped_total += 1
 
     async def _housekeeping_loop(self) -> None:
         """Close connections the slave has not written to for haHousekeepingInterval."""
@@ -102,17 +132,23 @@ class HAService:
         RocketMQ counts every accepted socket; a TCP probe or a garbage peer would then make a
         SYNC_MASTER wait for acks that never come instead of answering SLAVE_NOT_AVAILABLE.
         """
-        return sum(1 for conn in self.connections if conn.has_reported)
+        return sum(1 for conn in self.connections if conn.is_slave)
 
-    def notify_transfer_some(self, offset: int) -> None:
-        self.group_transfer.notify_transfer_some(offset)
+    def notify_transfer_some(self, offset: int, since: int = 0) -> None:
+        """A connection that sent the bytes from ``since`` on confirms them up to ``offset``."""
+        self.group_transfer.notify_transfer_some(offset, since)
 
     def is_slave_ok(self, next_offset: int) -> bool:
-        """A slave is connected and no further than haMaxGapNotInSync behind ``next_offset``."""
-        return (
-            self.connection_count > 0
-            and next_offset - self.push2slave_max_offset < self.config.haMaxGapNotInSync
-        )
+        """A slave is connected and no further than haMaxGapNotInSync behind ``next_offset``.
+
+        "Behind" is measured from the slaves' reports, first ones included (as RocketMQ does):
+        this only decides whether a producer waits at all. What releases it is a confirmed ack.
+        """
+        reported = [conn.ack_offset for conn in self.connections if conn.is_slave]
+        if not reported:
+            return False
+        position = max(max(reported), self.push2slave_max_offset)
+        return next_offset - position < self.config.haMaxGapNotInSync
 
     async def wait_for_replication(self, next_offset: int, timeout: float) -> bool:  # noqa: ASYNC109
         """True once a slave acked every byte before ``next_offset``; False after ``timeout`` s.
@@ -143,7 +179,9 @@ class HAService:
             self.slave_not_available_total += 1
             fut.set_result(PutStatus.SLAVE_NOT_AVAILABLE)
             return fut
-        acked = self.group_transfer.put_request(next_offset, self.config.syncFlushTimeout / 1000.0)
+        acked = self.group_transfer.put_request(
+            next_offset, self.config.syncFlushTimeout / 1000.0, result.wrote_offset
+        )
 
         def settle(done: asyncio.Future[bool]) -> None:
             if not fut.done():
@@ -162,7 +200,7 @@ class HAService:
         gap = self.config.haMaxGapNotInSync
         silence = self.config.haMaxTimeSlaveNotCatchup / 1000.0
         slaves = [
-            conn.status(master_max, gap, silence) for conn in self.connections if conn.has_reported
+            conn.status(master_max, gap, silence) for conn in self.connections if conn.is_slave
         ]
         host, port = self.listen_address
         return {
@@ -174,6 +212,8 @@ class HAService:
             "socketCount": len(self.connections),
             "acceptedConnectionsTotal": self.accept_service.accepted_total,
             "closedConnectionsTotal": self.dropped_total,
+            "refusedConnectionsTotal": self.refused_total,
+            "maxConnections": self.config.haMaxConnections,
             "waitingProducers": self.group_transfer.waiting,
             "syncReleasedTotal": self.group_transfer.released_total,
             "syncTimeoutTotal": self.group_transfer.timed_out_total,

@@ -645,8 +645,7 @@ class MessageStore:
                 return False
             if self._new_messages is None:
                 self._new_messages = asyncio.Event()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._new_messages.wait(), remaining)
+            await _wait_event(self._new_messages, remaining)
         return True
 
     # -- admin lookups (remoting's GET_MIN/MAX_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP, ...) ---------
@@ -816,8 +815,9 @@ class MessageStore:
                 return
             if self._new_data is None:
                 self._new_data = asyncio.Event()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._new_data.wait(), remaining)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for returns normally when it is
+            # cancelled just as the event fires, and an HA writer told to stop would go on
+            await _wait_event(self._new_data, remaining)
 
     # -- flushing ------------------------------------------------------------------------------
     async def flush(self) -> int:
@@ -872,3 +872,10 @@ class MessageStore:
                 async with cq.queue.flush_lock:
                     cq.delete_expired(min_phy)
         return CleanResult(count, cl.min_offset)
+
+
+async def _wait_event(event: asyncio.Event, timeout: float) -> None:  # noqa: ASYNC109
+    """Wait for ``event`` at most ``timeout`` seconds; a cancellation always propagates."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout):
+            await event.wait()

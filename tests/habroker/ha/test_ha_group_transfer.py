@@ -42,3 +42,20 @@ async def test_cancelled_waiter_does_not_disturb_the_others() -> None:
     gts.notify_transfer_some(100)
     assert kept.result() is True
     assert gts.waiting == 0
+
+
+async def test_an_ack_releases_only_puts_its_connection_sent() -> None:
+    """A connection that started sending at 500 confirms [500, acked): a put that began before
+    500 stays waiting (for another connection's ack, or its deadline)."""
+    gts = GroupTransferService()
+    before = gts.put_request(600, timeout=30, first_offset=400)  # straddles the start
+    after = gts.put_request(700, timeout=30, first_offset=600)
+    gts.notify_transfer_some(800, since=500)
+    assert after.result() is True
+    assert not before.done() and gts.waiting == 1
+    # the same range is no proof for a new put that starts before 500 either
+    late = gts.put_request(650, timeout=30, first_offset=450)
+    assert not late.done()
+    gts.notify_transfer_some(700, since=0)  # a connection that sent everything from 0
+    assert before.result() is True and late.result() is True
+    assert gts.acked_offset == 800 and gts.waiting == 0
