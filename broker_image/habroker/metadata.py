@@ -319,6 +319,10 @@ class SubscriptionGroupManager(VersionedTable[SubscriptionGroupConfig]):
         return cfg
 
 
+MAX_QUEUE_ID = 2**31 - 1  # Java int
+MAX_OFFSET = 2**63 - 1  # Java long
+
+
 class ConsumerOffsetManager:
     """``topic@group`` → {queueId: offset}; persisted lazily (offsets change on every commit).
 
@@ -350,8 +354,12 @@ class ConsumerOffsetManager:
             raise MetadataError(
                 "bad_group", f"group {group!r}: 1-255 characters of [%|a-zA-Z0-9_-]"
             )
-        if offset < 0:
-            raise MetadataError("bad_request", f"offset={offset}: must be >= 0")
+        # RocketMQ keeps both as Java numbers: queueId an int, a committed offset a long that
+        # is never negative (-1 means "none" in its answers, never a stored value)
+        if not 0 <= queue_id <= MAX_QUEUE_ID:
+            raise MetadataError("bad_request", f"queueId={queue_id}: must be 0..{MAX_QUEUE_ID}")
+        if not 0 <= offset <= MAX_OFFSET:
+            raise MetadataError("bad_request", f"offset={offset}: must be 0..{MAX_OFFSET}")
         self.table.setdefault(self.key(topic, group), {})[queue_id] = offset
         self.dirty = True
 
