@@ -122,6 +122,32 @@ def test_deep_json_in_a_remoting_header_closes_only_that_connection(broker):
     assert "closing remoting connection" in text
 
 
+@pytest.mark.parametrize(
+    "heartbeat",
+    [
+        b'{"consumerDataSet": [1]}',
+        b'{"producerDataSet": "x"}',
+        b'{"producerDataSet": [1]}',
+        b'{"consumerDataSet": [{"groupName": "g", "subscriptionDataSet": 5}]}',
+        b'{"consumerDataSet": [{"groupName": "g", "subscriptionDataSet": '
+        b'[{"topic": "t", "subString": [1]}]}]}',
+        b'{"consumerDataSet": [{"groupName": "g", "subscriptionDataSet": '
+        b'[{"topic": "t", "subString": "*", "subVersion": "x"}]}]}',
+    ],
+)
+def test_heartbeat_bodies_of_the_wrong_shape_are_refused_without_a_traceback(broker, heartbeat):
+    host, port = broker.address.split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        request = RemotingCommand.request(RequestCode.HEART_BEAT, body=heartbeat)
+        request.opaque = 9
+        sock.sendall(request.encode_bytes())
+        answer = read_frame(sock)
+        assert (answer.opaque, answer.code) == (9, ResponseCode.SYSTEM_ERROR), answer
+        assert (answer.remark or "").startswith("heartbeat body: "), answer
+    text = broker.log_path.read_text(errors="replace")
+    assert "Traceback" not in text and " ERROR " not in text, text[-4000:]
+
+
 def read_frame(sock: socket.socket) -> RemotingCommand:
     def exactly(n: int) -> bytes:
         data = b""
