@@ -14,6 +14,7 @@ import os
 import shutil
 import urllib.request
 
+import pytest
 from habroker.client import Producer
 
 from .storeutil import walk_file
@@ -63,11 +64,15 @@ def pull_all(broker, queue_id: int) -> dict[int, bytes]:
         offset = answer["nextBeginOffset"]
 
 
-def start_filled(broker_factory, count: int = 150):
+def start_filled(broker_factory, count: int = 150, crash: bool = False):
     broker = broker_factory(**CONFIG)
     assert broker.request("POST", "/v1/topics", {"topic": "t"})[0] == 201
     sent = produce(broker, 0, count)
-    assert broker.stop() == 0  # a clean stop: only the cut below is damage
+    if crash:
+        broker.kill()  # SIGKILL: the abort file stays, the next start recovers as after a crash
+        assert (broker.root / "store" / "abort").exists()
+    else:
+        assert broker.stop() == 0  # a clean stop: only the cut below is damage
     return broker, sent
 
 
@@ -80,10 +85,11 @@ def assert_no_traceback(broker) -> None:
     assert "Traceback" not in text, text[-4000:]
 
 
+@pytest.mark.parametrize("crash", [False, True], ids=["after-a-clean-stop", "after-sigkill"])
 def test_truncated_last_commit_log_file_is_padded_and_cut_at_its_last_whole_record(
-    broker_factory,
+    broker_factory, crash
 ):
-    broker, sent = start_filled(broker_factory)
+    broker, sent = start_filled(broker_factory, crash=crash)
     files = commit_log_files(broker)
     assert len(files) >= 3
     last = files[-1]
