@@ -279,6 +279,14 @@ class SubscriptionGroupConfig:
     notifyConsumerIdsChangedEnable: bool = True
 
 
+GROUP_FIELD_RANGES = (
+    ("retryQueueNums", 0, 2**31 - 1),
+    ("retryMaxTimes", -(2**31), 2**31 - 1),
+    ("brokerId", 0, 2**63 - 1),
+    ("whichBrokerWhenConsumeSlowly", 0, 2**63 - 1),
+)
+
+
 class SubscriptionGroupManager(VersionedTable[SubscriptionGroupConfig]):
     FILE = "subscriptionGroup.json"
     TABLE_KEY = "subscriptionGroupTable"
@@ -307,9 +315,11 @@ class SubscriptionGroupManager(VersionedTable[SubscriptionGroupConfig]):
             if expected is bool and not isinstance(value, bool):
                 raise MetadataError("bad_group", f"{key}: expected true or false, got {value!r}")
             current[key] = value
-        for key in ("brokerId", "whichBrokerWhenConsumeSlowly"):
-            if current[key] < 0:
-                raise MetadataError("bad_group", f"{key}={current[key]}: must be >= 0")
+        # Java's SubscriptionGroupConfig: retryQueueNums and retryMaxTimes are ints, the broker
+        # ids longs; a value outside them would break every Java reader of the file
+        for key, lo, hi in GROUP_FIELD_RANGES:
+            if not lo <= current[key] <= hi:
+                raise MetadataError("bad_group", f"{key}={current[key]}: must be {lo}..{hi}")
         cfg = SubscriptionGroupConfig(**current)
         if self.table.get(group) != cfg:
             self.table[group] = cfg

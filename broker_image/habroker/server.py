@@ -21,7 +21,7 @@ from habroker.config import ConfigError
 from habroker.message import decode_records
 from habroker.metadata import MetadataError
 from habroker.metrics import exposition
-from habroker.replicas_manager import RoleError, RoleRequest
+from habroker.replicas_manager import MAX_BROKER_ID, MAX_EPOCH, RoleError, RoleRequest
 from habroker.store import StoreError
 from habroker.wire import BATCH_CONTENT_TYPE, RECORDS_CONTENT_TYPE, BadBatch, decode_batch
 
@@ -401,7 +401,13 @@ async def put_external_addresses(request: web.Request) -> web.Response:
     if isinstance(addrs, dict):
         for key, value in addrs.items():
             host, _, port = str(value).rpartition(":")
-            if not (str(key).isdigit() and host and port.isdigit() and 0 < int(port) < 65536):
+            if not (
+                str(key).isdigit()
+                and int(key) <= MAX_BROKER_ID
+                and host
+                and port.isdigit()
+                and 0 < int(port) < 65536
+            ):
                 parsed = {}
                 break
             parsed[int(key)] = str(value)
@@ -444,8 +450,8 @@ async def fence(request: web.Request) -> web.Response:
     broker = request.app[BROKER_KEY]
     body = await _json_body(request)
     epoch = body.get("epoch")
-    if type(epoch) is not int or epoch < 1:
-        raise BrokerError("bad_request", "fields: epoch (int >= 1)")
+    if type(epoch) is not int or not 1 <= epoch <= MAX_EPOCH:
+        raise BrokerError("bad_request", f"fields: epoch (int 1..{MAX_EPOCH}), got {epoch!r}")
     try:
         return web.json_response(await broker.replicas.fence(epoch))
     except RoleError as exc:

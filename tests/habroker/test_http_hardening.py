@@ -231,6 +231,42 @@ def test_consumer_offsets_out_of_range_are_refused_over_http(broker, offset, que
     assert table == {"t@g1": {1: 2**63 - 1}}, text
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "payload", "named"),
+    [
+        ("PUT", "/v1/subscription-groups/g1", {"brokerId": 2**63}, "brokerId"),
+        ("PUT", "/v1/subscription-groups/g1", {"whichBrokerWhenConsumeSlowly": 2**64}, "which"),
+        ("PUT", "/v1/subscription-groups/g1", {"retryQueueNums": 2**31}, "retryQueueNums"),
+        ("PUT", "/v1/subscription-groups/g1", {"retryQueueNums": -5}, "retryQueueNums"),
+        ("PUT", "/v1/subscription-groups/g1", {"retryMaxTimes": -(2**31) - 1}, "retryMaxTimes"),
+        ("POST", "/v1/admin/fence", {"epoch": 2**31}, "epoch"),
+        ("PUT", "/v1/admin/role", {"role": "SYNC_MASTER", "epoch": 2**64, "brokerId": 0}, "epoch"),
+        ("PUT", "/v1/admin/role", {"role": "SYNC_MASTER", "epoch": 2, "brokerId": 2**63}, "broker"),
+        ("PUT", "/v1/admin/external-addresses", {"brokerAddrs": {str(2**63): "h:1"}}, "brokerId"),
+    ],
+)
+def test_numbers_beyond_javas_types_are_refused_and_never_persisted(
+    broker, method, path, payload, named
+):
+    """RocketMQ's Java side reads these files and answers (ints and longs): a value outside
+    them is a 400 naming the field, and nothing is written."""
+    status, answer = send(broker, method, path, json.dumps(payload).encode())
+    assert status == 400 and answer["error"] in ("bad_group", "bad_request"), answer
+    assert named in answer["message"], answer
+    role = broker.request("GET", "/v1/admin/role")[1]
+    assert (role["role"], role["epoch"], role["fenced"]) == ("ASYNC_MASTER", 1, False)
+    assert broker.request("GET", "/v1/admin/external-addresses")[1] == {"brokerAddrs": {}}
+    assert broker.stop() == 0
+    store = broker.root / "store"
+    groups = store / "config" / "subscriptionGroup.json"
+    assert not groups.exists() or '"g1"' not in groups.read_text()
+    for path in store.rglob("*"):
+        if path.is_file() and path.stat().st_size < 65536 and path.parent.name != "commitlog":
+            text = path.read_bytes()
+            for big in (2**31, 2**63, 2**64):
+                assert str(big).encode() not in text, path
+
+
 @pytest.mark.parametrize("offset", [str(2**64), str(2**63), "-1", "-9223372036854775809"])
 def test_consumer_offsets_out_of_range_are_refused_over_remoting(broker, offset):
     host, port = broker.address.split(":")
