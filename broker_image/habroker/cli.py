@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from habroker import __version__
 from habroker.config import BrokerConfig, ConfigError
+from habroker.store.errors import StoreError
 
 if TYPE_CHECKING:
     from habroker.message import MessageExt
@@ -73,7 +74,9 @@ async def _serve(config: BrokerConfig) -> int:
     startup = BrokerStartup(config)
     try:
         await startup.start()
-    except OSError as exc:
+    except (OSError, StoreError) as exc:
+        # a port in use, a store another broker holds, a damaged store file: the message
+        # names what and how to fix it; a traceback would add nothing
         log.error("cannot start: %s", exc)
         return 1
     stop = asyncio.Event()

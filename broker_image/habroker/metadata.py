@@ -279,6 +279,14 @@ class SubscriptionGroupConfig:
     notifyConsumerIdsChangedEnable: bool = True
 
 
+GROUP_FIELD_RANGES = (
+    ("retryQueueNums", 0, 2**31 - 1),
+    ("retryMaxTimes", -(2**31), 2**31 - 1),
+    ("brokerId", 0, 2**63 - 1),
+    ("whichBrokerWhenConsumeSlowly", 0, 2**63 - 1),
+)
+
+
 class SubscriptionGroupManager(VersionedTable[SubscriptionGroupConfig]):
     FILE = "subscriptionGroup.json"
     TABLE_KEY = "subscriptionGroupTable"
@@ -307,9 +315,11 @@ class SubscriptionGroupManager(VersionedTable[SubscriptionGroupConfig]):
             if expected is bool and not isinstance(value, bool):
                 raise MetadataError("bad_group", f"{key}: expected true or false, got {value!r}")
             current[key] = value
-        for key in ("brokerId", "whichBrokerWhenConsumeSlowly"):
-            if current[key] < 0:
-                raise MetadataError("bad_group", f"{key}={current[key]}: must be >= 0")
+        # Java's SubscriptionGroupConfig: retryQueueNums and retryMaxTimes are ints, the broker
+        # ids longs; a value outside them would break every Java reader of the file
+        for key, lo, hi in GROUP_FIELD_RANGES:
+            if not lo <= current[key] <= hi:
+                raise MetadataError("bad_group", f"{key}={current[key]}: must be {lo}..{hi}")
         cfg = SubscriptionGroupConfig(**current)
         if self.table.get(group) != cfg:
             self.table[group] = cfg
@@ -317,6 +327,10 @@ class SubscriptionGroupManager(VersionedTable[SubscriptionGroupConfig]):
             self.persist()
             log.info("subscription group %s: %s", group, asdict(cfg))
         return cfg
+
+
+MAX_QUEUE_ID = 2**31 - 1  # Java int
+MAX_OFFSET = 2**63 - 1  # Java long
 
 
 class ConsumerOffsetManager:
@@ -350,8 +364,12 @@ class ConsumerOffsetManager:
             raise MetadataError(
                 "bad_group", f"group {group!r}: 1-255 characters of [%|a-zA-Z0-9_-]"
             )
-        if offset < 0:
-            raise MetadataError("bad_request", f"offset={offset}: must be >= 0")
+        # RocketMQ keeps both as Java numbers: queueId an int, a committed offset a long that
+        # is never negative (-1 means "none" in its answers, never a stored value)
+        if not 0 <= queue_id <= MAX_QUEUE_ID:
+            raise MetadataError("bad_request", f"queueId={queue_id}: must be 0..{MAX_QUEUE_ID}")
+        if not 0 <= offset <= MAX_OFFSET:
+            raise MetadataError("bad_request", f"offset={offset}: must be 0..{MAX_OFFSET}")
         self.table.setdefault(self.key(topic, group), {})[queue_id] = offset
         self.dirty = True
 

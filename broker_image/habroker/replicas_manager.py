@@ -51,6 +51,11 @@ class RoleError(Exception):
         self.http_status = http_status
 
 
+#: RocketMQ keeps an epoch in a Java int (EpochEntry) and a brokerId in a long
+MAX_EPOCH = 2**31 - 1
+MAX_BROKER_ID = 2**63 - 1
+
+
 @dataclass(frozen=True)
 class RoleRequest:
     role: BrokerRole
@@ -62,12 +67,15 @@ class RoleRequest:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RoleRequest:
-        fields = "role, epoch (int >= 1), brokerId (int), and for SLAVE haMasterAddress, "
+        fields = f"role, epoch (int 1..{MAX_EPOCH}), brokerId (int 0..{MAX_BROKER_ID}), and "
+        fields += "for SLAVE haMasterAddress, "
         fields += "masterHttpAddress, masterAddress (host:port)"
         try:
             role = BrokerRole(str(data["role"]))
             epoch, broker_id = data["epoch"], data["brokerId"]
-            if type(epoch) is not int or type(broker_id) is not int or epoch < 1:
+            if type(epoch) is not int or type(broker_id) is not int:
+                raise ValueError
+            if not (1 <= epoch <= MAX_EPOCH and 0 <= broker_id <= MAX_BROKER_ID):
                 raise ValueError
             addresses = [
                 str(data.get(k) or "")

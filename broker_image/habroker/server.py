@@ -7,19 +7,21 @@ a JSON error with a stable ``error`` code; nothing here decides policy.
 from __future__ import annotations
 
 import base64
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from habroker.broker import BrokerController, BrokerError
 from habroker.config import ConfigError
 from habroker.message import decode_records
 from habroker.metadata import MetadataError
 from habroker.metrics import exposition
-from habroker.replicas_manager import RoleError, RoleRequest
+from habroker.replicas_manager import MAX_BROKER_ID, MAX_EPOCH, RoleError, RoleRequest
 from habroker.store import StoreError
 from habroker.wire import BATCH_CONTENT_TYPE, RECORDS_CONTENT_TYPE, BadBatch, decode_batch
 
@@ -41,6 +43,7 @@ def error_response(status: int, code: str, message: str, **details: Any) -> web.
 async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Turn every refusal into JSON; an unexpected exception is a logged 500, never a crash."""
     broker = request.app[BROKER_KEY]
+    peer = _peer(request)  # now: once the client is gone its transport says nothing
     try:
         return await handler(request)
     except BrokerError as exc:
@@ -59,6 +62,17 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         code, status = store_error_code(exc)
         broker.stats.request_errors[code] += 1
         return error_response(status, code, str(exc))
+    except ClientHungUp as exc:
+        # nothing was read whole, so nothing was done; not the broker's error, and no one is
+        # left to read an answer
+        log.info(
+            "client %s:%d hung up during %s %s: %s",
+            *peer,
+            request.method,
+            request.path,
+            exc,
+        )
+        return error_response(400, "client_hung_up", str(exc))
     except web.HTTPException as exc:
         if exc.status >= 400 and exc.content_type != "application/json":
             return error_response(
@@ -69,6 +83,27 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         log.exception("unhandled error in %s %s", request.method, request.path)
         broker.stats.request_errors["internal"] += 1
         return error_response(500, "internal", "internal error; see the broker log")
+
+
+class _ClientFaultsAsInfo(logging.Filter):
+    """aiohttp logs a request it cannot parse (bad request line, header or chunk: the client's
+    fault, and what a port scanner sends) as an ERROR with a traceback; one INFO line says it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError) and 400 <= (exc.code or 400) < 500:
+            detail = " ".join(str(exc.message).split())
+            record.msg = f"{record.getMessage()}: malformed HTTP request ({exc.code}): {detail}"
+            record.args = ()
+            record.exc_info = None
+            record.exc_text = None
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+#: what aiohttp's protocol layer logs for this face (malformed requests one INFO line each)
+protocol_log = logging.getLogger("habroker.server.http")
+protocol_log.addFilter(_ClientFaultsAsInfo())
 
 
 def store_error_code(exc: StoreError) -> tuple[str, int]:
@@ -112,16 +147,43 @@ def _path_int(request: web.Request, name: str) -> int:
         raise BrokerError("bad_request", f"{name}={raw!r}: expected an integer") from None
 
 
+class ClientHungUp(Exception):
+    """The client closed its connection before its request body arrived whole."""
+
+
+async def _read_body(request: web.Request) -> bytes:
+    """The whole request body; a client that hangs up midway raises :class:`ClientHungUp`."""
+    try:
+        return await request.read()
+    except ConnectionResetError as exc:
+        raise ClientHungUp(str(exc) or type(exc).__name__) from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
 async def _json_body(request: web.Request) -> dict[str, Any]:
+    """Every JSON request body is parsed here: strict RFC 8259 JSON (UTF-8, no NaN/Infinity);
+    anything else, however deeply nested or cut off, is ``400 bad_json``."""
     if request.content_type != "application/json":
         raise BrokerError(
             "unsupported_media_type",
             f"expected application/json, got {request.content_type!r}",
             415,
         )
+    charset = (request.charset or "utf-8").lower()
+    if charset not in ("utf-8", "utf8", "us-ascii"):
+        raise BrokerError(
+            "bad_json",
+            f"request body is not valid JSON: charset={charset!r}; JSON is UTF-8 (RFC 8259)",
+        )
+    raw = await _read_body(request)
     try:
-        data = await request.json()
-    except (ValueError, UnicodeDecodeError) as exc:
+        data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+    except RecursionError:
+        raise BrokerError("bad_json", "request body is not valid JSON: nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, over-long integers
         raise BrokerError("bad_json", f"request body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise BrokerError("bad_json", "request body must be a JSON object")
@@ -155,7 +217,7 @@ async def produce(request: web.Request) -> web.Response:
             413,
         )
     queue_id = _int_param(request, "queueId", -1, lo=-1)
-    data = await request.read()
+    data = await _read_body(request)
     result, queue_id = await broker.produce(topic, queue_id, decode_batch(data), _peer(request))
     return web.json_response(
         {
@@ -339,7 +401,13 @@ async def put_external_addresses(request: web.Request) -> web.Response:
     if isinstance(addrs, dict):
         for key, value in addrs.items():
             host, _, port = str(value).rpartition(":")
-            if not (str(key).isdigit() and host and port.isdigit() and 0 < int(port) < 65536):
+            if not (
+                str(key).isdigit()
+                and int(key) <= MAX_BROKER_ID
+                and host
+                and port.isdigit()
+                and 0 < int(port) < 65536
+            ):
                 parsed = {}
                 break
             parsed[int(key)] = str(value)
@@ -382,8 +450,8 @@ async def fence(request: web.Request) -> web.Response:
     broker = request.app[BROKER_KEY]
     body = await _json_body(request)
     epoch = body.get("epoch")
-    if type(epoch) is not int or epoch < 1:
-        raise BrokerError("bad_request", "fields: epoch (int >= 1)")
+    if type(epoch) is not int or not 1 <= epoch <= MAX_EPOCH:
+        raise BrokerError("bad_request", f"fields: epoch (int 1..{MAX_EPOCH}), got {epoch!r}")
     try:
         return web.json_response(await broker.replicas.fence(epoch))
     except RoleError as exc:
@@ -494,7 +562,9 @@ def create_app(broker: BrokerController) -> web.Application:
 
 async def serve_http(broker: BrokerController) -> web.AppRunner:
     """The HTTP listener on ``httpListenPort`` for a started broker; the caller cleans it up."""
-    runner = web.AppRunner(create_app(broker), access_log=None, handle_signals=False)
+    runner = web.AppRunner(
+        create_app(broker), access_log=None, handle_signals=False, logger=protocol_log
+    )
     await runner.setup()
     site = web.TCPSite(
         runner, broker.config.bindAddress, broker.config.httpListenPort, reuse_address=True

@@ -75,6 +75,7 @@ class ClientManageProcessor:
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"heartbeat body: {exc}") from None
         if not isinstance(data, dict):
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, "heartbeat body is not an object")
+        _check_heartbeat(data)
         client_id = str(data.get("clientID") or channel.remote_address)
         language = request.language.name
         for consumer in data.get("consumerDataSet") or []:
@@ -170,3 +171,26 @@ class ClientManageProcessor:
         except REFUSALS as exc:
             raise refusal(exc) from None
         return request.response()
+
+
+def _objects(data: dict[str, Any], key: str, where: str) -> list[dict[str, Any]]:
+    value = data.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise RequestRefused(
+            ResponseCode.SYSTEM_ERROR, f"heartbeat body: {where}{key} is not a list of objects"
+        )
+    return value
+
+
+def _check_heartbeat(data: dict[str, Any]) -> None:
+    """The shape HeartbeatData decodes to in Java; anything else is refused before a change."""
+    _objects(data, "producerDataSet", "")
+    for consumer in _objects(data, "consumerDataSet", ""):
+        for sub in _objects(consumer, "subscriptionDataSet", "consumerDataSet[]."):
+            for key, kinds in (("topic", (str,)), ("subString", (str,)), ("subVersion", (int,))):
+                value = sub.get(key)
+                if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)):
+                    raise RequestRefused(
+                        ResponseCode.SYSTEM_ERROR,
+                        f"heartbeat body: subscriptionDataSet[].{key} is {value!r}",
+                    )

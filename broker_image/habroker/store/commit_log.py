@@ -82,7 +82,7 @@ def encode_records(
 
 class CommitLog:
     def __init__(self, directory: Path, file_size: int) -> None:
-        self.queue = MappedFileQueue(directory, file_size)
+        self.queue = MappedFileQueue(directory, file_size, pad_short_last=True)
         self.file_size = file_size
 
     # -- facts ---------------------------------------------------------------------------------

@@ -11,8 +11,9 @@ import logging
 import struct
 from pathlib import Path
 
+from habroker.store.errors import DamagedFile
 from habroker.store.mapped_file import MappedFile
-from habroker.store.mapped_file_queue import MappedFileQueue
+from habroker.store.mapped_file_queue import MappedFileQueue, is_store_file_name
 
 log = logging.getLogger(__name__)
 
@@ -27,9 +28,11 @@ class ConsumeQueue:
     def __init__(self, topic: str, queue_id: int, directory: Path, file_size: int) -> None:
         self.topic = topic
         self.queue_id = queue_id
-        self.queue = MappedFileQueue(directory, file_size)
+        self.queue = MappedFileQueue(directory, file_size, pad_short_last=True)
         self.max_physic_offset = -1  # end of the last record indexed (dedups re-dispatch)
         self.min_logic_offset = 0  # bytes; advanced by retention
+        # load() found a file cut short or damaged: recovery re-dispatches what it misses
+        self.needs_rebuild = False
 
     # -- offsets (in units) --------------------------------------------------------------------
     @property
@@ -42,7 +45,27 @@ class ConsumeQueue:
 
     # -- load and recovery ---------------------------------------------------------------------
     def load(self) -> None:
-        self.queue.load()
+        """Map the queue's files. A last file cut short is padded (recovery cuts it); any other
+        damaged file makes the whole queue be rebuilt from the commit log, which holds every
+        unit's data (each record carries its queue offset), as RocketMQ rebuilds queues."""
+        try:
+            self.queue.load()
+        except DamagedFile as exc:
+            log.warning(
+                "%s; rebuilding consume queue %s-%d from the commit log",
+                exc,
+                self.topic,
+                self.queue_id,
+            )
+            directory, size = self.queue.directory, self.queue.file_size
+            self.queue.close()
+            for path in directory.iterdir():
+                if is_store_file_name(path.name):
+                    path.unlink()
+            self.queue = MappedFileQueue(directory, size, pad_short_last=True)
+            self.needs_rebuild = True
+            return
+        self.needs_rebuild = self.queue.padded is not None
 
     def recover(self) -> None:
         """Find the last valid unit (offset >= 0, size > 0), scanning from the third-to-last

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class StoreError(Exception):
     """The store refused an operation or cannot start; the message says why."""
@@ -21,3 +23,13 @@ class InvalidTopic(StoreError):
 
 class StoreNotWritable(StoreError):
     """The store is not running, is a slave, or hit a disk error."""
+
+
+class DamagedFile(StoreError):
+    """A store file of the wrong size or out of sequence; ``later`` lists the files after it
+    when the damage is a short file in the middle (they hold newer data)."""
+
+    def __init__(self, path: Path, message: str, later: list[Path] | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.later = later or []

@@ -14,7 +14,7 @@ import re
 import time
 from pathlib import Path
 
-from habroker.store.errors import StoreError
+from habroker.store.errors import DamagedFile
 from habroker.store.mapped_file import MappedFile, offset_to_file_name
 
 log = logging.getLogger(__name__)
@@ -22,12 +22,25 @@ log = logging.getLogger(__name__)
 _NAME = re.compile(r"^\d{20}$")
 
 
+def _later(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{len(names)} files, {names[0]}..{names[-1]}"
+
+
+def is_store_file_name(name: str) -> bool:
+    """A mapped file's name: its start offset in 20 digits."""
+    return _NAME.match(name) is not None
+
+
 class MappedFileQueue:
     """Sorted mapped files in one directory, named by their 20-digit start offset."""
 
-    def __init__(self, directory: Path, file_size: int) -> None:
+    def __init__(self, directory: Path, file_size: int, *, pad_short_last: bool = False) -> None:
         self.directory = directory
         self.file_size = file_size
+        # RocketMQ's recovery for a last file cut short (a crash or a full disk mid-write): pad
+        # it to its size with zeros; the caller's recovery then cuts at its last whole record
+        self.pad_short_last = pad_short_last
+        self.padded: Path | None = None  # the file load() padded, if any
         self.files: list[MappedFile] = []
         self.flushed_where = 0
         self.fsync_count = 0  # fdatasync calls made by flush(); tests count group commits
@@ -37,8 +50,9 @@ class MappedFileQueue:
     def load(self) -> None:
         """Map every file in the directory (all marked full; recovery truncates).
 
-        A 0-byte last file (a crash right after creating it) is removed; any other size
-        mismatch or a gap between files stops the broker with the file named.
+        A 0-byte last file (a crash right after creating it) is removed; with
+        ``pad_short_last`` a shorter last file is padded with zeros to its size. Any other size
+        mismatch or a gap between files raises :class:`DamagedFile` naming the file.
         """
         if not self.directory.is_dir():
             return
@@ -47,23 +61,45 @@ class MappedFileQueue:
             path = self.directory / name
             size = path.stat().st_size
             if size != self.file_size:
-                if size == 0 and i == len(names) - 1:
+                last = i == len(names) - 1
+                if size == 0 and last:
                     log.warning("%s: removing the empty last file", path)
                     path.unlink()
                     continue
-                raise StoreError(
-                    f"{path}: file is {size} bytes but the configured size is {self.file_size}; "
-                    "the store was written with a different mapped file size or is damaged"
-                )
+                if size < self.file_size and last and self.pad_short_last:
+                    log.warning(
+                        "%s: %d bytes, shorter than the configured %d (cut by a crash or a full "
+                        "disk); padding it with zeros, recovery cuts it at its last whole record",
+                        path,
+                        size,
+                        self.file_size,
+                    )
+                    os.truncate(path, self.file_size)
+                    self.padded = path
+                elif size < self.file_size and not last:
+                    raise DamagedFile(
+                        path,
+                        f"{path}: {size} bytes but the configured size is {self.file_size}, and "
+                        f"it is not the last file ({_later(names[i + 1 :])} after it)",
+                        later=[self.directory / n for n in names[i + 1 :]],
+                    )
+                else:
+                    raise DamagedFile(
+                        path,
+                        f"{path}: file is {size} bytes but the configured size is "
+                        f"{self.file_size}; the store was written with a different mapped file "
+                        "size or is damaged",
+                    )
             start = int(name)
             if start % self.file_size:
-                raise StoreError(
-                    f"{path}: start offset {start} is not a multiple of {self.file_size}"
+                raise DamagedFile(
+                    path, f"{path}: start offset {start} is not a multiple of {self.file_size}"
                 )
             if self.files and start != self.files[-1].file_end_offset:
-                raise StoreError(
+                raise DamagedFile(
+                    path,
                     f"{path}: expected the file after {self.files[-1].path.name} to start at "
-                    f"{self.files[-1].file_end_offset}; a file is missing"
+                    f"{self.files[-1].file_end_offset}; a file is missing",
                 )
             self.files.append(MappedFile(path, start, self.file_size, create=False))
 

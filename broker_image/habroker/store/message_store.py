@@ -42,6 +42,7 @@ from habroker.store.commit_log import CommitLog, disk_used_ratio
 from habroker.store.consume_queue import BLANK_UNIT_SIZE, UNIT, ConsumeQueue
 from habroker.store.dispatcher import ReputMessageService
 from habroker.store.errors import (
+    DamagedFile,
     InvalidTopic,
     MessageTooLarge,
     PropertiesTooLarge,
@@ -130,7 +131,7 @@ class MessageStore:
             self.checkpoint = StoreCheckpoint(self.root / "checkpoint")
             abort = self.root / "abort"
             self.last_exit_ok = not abort.exists()
-            self.commit_log.queue.load()
+            self._load_commit_log()
             self._load_consume_queues()
             self._recover(abnormal=not self.last_exit_ok)
             abort.write_text(str(os.getpid()))
@@ -230,6 +231,32 @@ class MessageStore:
             self._lock_fd = None
 
     # -- loading and recovery ------------------------------------------------------------------
+    def _load_commit_log(self) -> None:
+        """Map the commit log; a damaged file other than a short last one is refused with the
+        file and the repair named (docs/storage.md, "Repairing a damaged store")."""
+        try:
+            self.commit_log.queue.load()
+        except DamagedFile as exc:
+            self.commit_log.close()
+            if exc.later:
+                names = [p.name for p in exc.later]
+                later = (
+                    ", ".join(names)
+                    if len(names) <= 5
+                    else f"the {len(names)} files {names[0]} to {names[-1]}"
+                )
+                raise StoreError(
+                    f"{exc}; refusing to start. To keep the records before the damage: stop, "
+                    f"move {later} out of {exc.path.parent} and "
+                    "start again (the damaged file is then the last one: it is padded and cut "
+                    "at its last whole record; the moved files' records are lost to this "
+                    "broker). Or rebuild this broker from a replica that has them. See "
+                    'docs/storage.md, "Repairing a damaged store"'
+                ) from None
+            raise StoreError(
+                f'{exc}; refusing to start. See docs/storage.md, "Repairing a damaged store"'
+            ) from None
+
     def _load_consume_queues(self) -> None:
         root = self.config.consume_queue_dir
         if not root.is_dir():
@@ -270,6 +297,18 @@ class MessageStore:
         start = self.commit_log.min_offset if covered < 0 else covered
         if abnormal:
             start = min(start, scan_start)
+        for cq in self.consume_queues.values():
+            if cq.needs_rebuild:
+                # units past its last whole one are missing while other queues may be ahead:
+                # re-dispatch from its end (units other queues hold already are skipped)
+                log.warning(
+                    "rebuilding consume queue %s-%d from the commit log from offset %d",
+                    cq.topic,
+                    cq.queue_id,
+                    max(cq.max_physic_offset, self.commit_log.min_offset),
+                )
+                start = min(start, max(cq.max_physic_offset, 0))
+                cq.needs_rebuild = False
         start = min(max(start, self.commit_log.min_offset), end)
         self.reput.reput_from_offset = start
         dispatched = self.reput.do_reput()
