@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from habroker import __version__
+from habroker.admin_auth import AdminToken
 from habroker.config import BrokerConfig, BrokerRole, FlushDiskType, broker_id_of, parse_host_port
 from habroker.dledger.dledger_server import NotLeader
 from habroker.dledger.message_store import DLedgerMessageStore
@@ -76,6 +77,8 @@ class PullOutcome:
 class BrokerController:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
+        # read first: a broker whose admin token cannot be read refuses to start
+        self.admin_token = AdminToken(config.adminTokenFile) if config.adminTokenFile else None
         self.dledger_store: DLedgerMessageStore | None = None
         self.dledger_roles: DLedgerRoleChangeHandler | None = None
         if config.enableDLegerCommitLog:

@@ -71,10 +71,10 @@ async def _serve(config: BrokerConfig) -> int:
     from habroker.startup import BrokerStartup
 
     log = logging.getLogger("habroker")
-    startup = BrokerStartup(config)
     try:
+        startup = BrokerStartup(config)
         await startup.start()
-    except (OSError, StoreError) as exc:
+    except (OSError, StoreError, ConfigError) as exc:
         # a port in use, a store another broker holds, a damaged store file: the message
         # names what and how to fix it; a traceback would add nothing
         log.error("cannot start: %s", exc)

@@ -122,6 +122,9 @@ class BrokerConfig:
     haMaxGapNotInSync: int = 256 * 1024 * 1024
     # habroker: HA connections a master keeps open at once; more are closed at accept
     haMaxConnections: int = 32
+    # habroker: a file holding the bearer token /v1/admin/* requires (empty: no check);
+    # the operator mounts it from the group's Secret (docs/security.md)
+    adminTokenFile: str = ""
     haSyncFromLastFile: bool = False  # habroker: RocketMQ's classic rule for a new slave
     # a slave silent this long (ms) leaves the master's in-sync set (RocketMQ 5's key)
     haMaxTimeSlaveNotCatchup: int = 15000

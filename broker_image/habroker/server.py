@@ -16,6 +16,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from habroker.admin_auth import ADMIN_PREFIX, AdminToken
 from habroker.broker import BrokerController, BrokerError
 from habroker.config import ConfigError
 from habroker.message import decode_records
@@ -83,6 +84,30 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         log.exception("unhandled error in %s %s", request.method, request.path)
         broker.stats.request_errors["internal"] += 1
         return error_response(500, "internal", "internal error; see the broker log")
+
+
+ADMIN_TOKEN_KEY = web.AppKey("admin_token", AdminToken)
+
+
+@web.middleware
+async def admin_auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """``/v1/admin/*`` needs the bearer token when ``adminTokenFile`` is set."""
+    token = request.app.get(ADMIN_TOKEN_KEY)
+    guarded = token is not None and request.path.startswith(ADMIN_PREFIX)
+    if guarded and token is not None and not token.accepts(request.headers.get("Authorization")):
+        log.warning(
+            "refused %s %s from %s:%d: no valid admin token",
+            request.method,
+            request.path,
+            *_peer(request),
+        )
+        request.app[BROKER_KEY].stats.request_errors["unauthorized"] += 1
+        response = error_response(
+            401, "unauthorized", "admin calls need Authorization: Bearer <the group's token>"
+        )
+        response.headers["WWW-Authenticate"] = 'Bearer realm="habroker-admin"'
+        return response
+    return await handler(request)
 
 
 class _ClientFaultsAsInfo(logging.Filter):
@@ -554,8 +579,12 @@ def add_routes(router: web.UrlDispatcher) -> None:
 
 def create_app(broker: BrokerController) -> web.Application:
     limit = broker.config.maxMessageSize * 16 + 1024 * 1024
-    app = web.Application(middlewares=[errors_middleware], client_max_size=limit)
+    app = web.Application(
+        middlewares=[errors_middleware, admin_auth_middleware], client_max_size=limit
+    )
     app[BROKER_KEY] = broker
+    if broker.admin_token is not None:
+        app[ADMIN_TOKEN_KEY] = broker.admin_token
     add_routes(app.router)
     return app
 
