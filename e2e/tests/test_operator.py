@@ -34,6 +34,15 @@ ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "crds" / "brokergroup.io_brokergroups.yaml"
 POLL = 2.0
 
+#: an admin call from inside a broker pod, with the group's token its Secret mounts there
+ADMIN_CALL = (
+    "import json,urllib.request as u\n"
+    "t=open('/etc/habroker-admin/token').read().strip()\n"
+    "r=u.Request('http://127.0.0.1:10913{path}',method='{method}',data={body},"
+    "headers={{'Content-Type':'application/json','Authorization':'Bearer '+t}})\n"
+    "print(u.urlopen(r).read().decode())"
+)
+
 
 class LocalKube:
     """The suite's Kube, refusing every call once the apiserver address is not local."""
@@ -279,13 +288,24 @@ def test_operator_end_to_end(
         f"HABROKER_masterHttpAddress={name}-master-0.{name}-master.{ns}.svc.cluster.local:10913"
         in slave_env
     )
+    # the admin API needs the group's token (mounted from its Secret); without it: 401
+    refused = kube.exec(
+        ns,
+        f"{name}-slave-1",
+        "python3",
+        "-c",
+        "import urllib.request as u,urllib.error as e\n"
+        "try: u.urlopen('http://127.0.0.1:10913/v1/admin/role')\n"
+        "except e.HTTPError as x: print(x.code)",
+    )
+    assert refused.strip() == "401", refused
     role = json.loads(
         kube.exec(
             ns,
             f"{name}-slave-1",
             "python3",
             "-c",
-            "import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:10913/v1/admin/role').read().decode())",
+            ADMIN_CALL.format(method="GET", path="/v1/admin/role", body="None"),
         )
     )
     assert role["role"] == "SLAVE" and role["brokerId"] == 2, role
@@ -369,10 +389,11 @@ def test_operator_end_to_end(
         f"{name}-slave-1",
         "python3",
         "-c",
-        "import json,urllib.request as u;"
-        "r=u.Request('http://127.0.0.1:10913/v1/admin/master-address',method='PUT',"
-        "data=json.dumps({'haMasterAddress':'127.0.0.1:1'}).encode(),"
-        "headers={'Content-Type':'application/json'});u.urlopen(r)",
+        ADMIN_CALL.format(
+            method="PUT",
+            path="/v1/admin/master-address",
+            body="json.dumps({'haMasterAddress':'127.0.0.1:1'}).encode()",
+        ),
     )
     eventually(
         lambda: "SlaveRewired" in {e["reason"] for e in events(kube, ns, name)},

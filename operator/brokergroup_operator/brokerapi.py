@@ -8,6 +8,7 @@ groups cannot open hundreds of sockets or starve the event loop that also runs k
 from __future__ import annotations
 
 import asyncio
+import copy
 from typing import Any
 from urllib.parse import quote
 
@@ -32,7 +33,17 @@ class BrokerAPI:
         self._session = session
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._limit = asyncio.Semaphore(concurrency)
-        self.requests = 0  # counted for the benchmark
+        self._headers: dict[str, str] = {}
+        self._root = self
+        self.requests = 0  # counted for the benchmark (on the root, for every group's view)
+
+    def with_token(self, token: str | None) -> BrokerAPI:
+        """The same client (session, limit, counter) sending one group's admin token."""
+        if token is None:
+            return self
+        view = copy.copy(self)
+        view._headers = {"Authorization": f"Bearer {token}"}
+        return view
 
     async def _call(
         self,
@@ -45,9 +56,11 @@ class BrokerAPI:
         url = f"http://{address}{path}"
         limit = self._timeout if seconds is None else aiohttp.ClientTimeout(total=seconds)
         async with self._limit:
-            self.requests += 1
+            self._root.requests += 1
             try:
-                async with self._session.request(method, url, json=body, timeout=limit) as resp:
+                async with self._session.request(
+                    method, url, json=body, timeout=limit, headers=self._headers
+                ) as resp:
                     if resp.status >= 400:
                         text = (await resp.text())[:300]
                         raise BrokerAPIError(

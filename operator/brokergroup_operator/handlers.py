@@ -25,6 +25,7 @@ import kopf
 from lightkube import ApiError
 
 from . import GROUP, KIND, PLURAL, VERSION, metrics
+from .admin_token import group_token, load_key
 from .brokerapi import BrokerAPI, BrokerAPIError
 from .dledger import (
     find_leader,
@@ -90,9 +91,24 @@ class Runtime:
     groups: dict[GroupKey, GroupState]
     #: the brokergroup.io/restart value each group's children were last applied with
     restarts: dict[GroupKey, str | None] = field(default_factory=dict)
+    #: the operator key the groups' admin tokens derive from (None: no admin authentication)
+    admin_key: bytes | None = None
 
     def state(self, key: GroupKey) -> GroupState:
         return self.groups.setdefault(key, GroupState())
+
+    def admin_token(self, namespace: str, name: str, uid: str) -> str | None:
+        """The group's admin token (its Secret's, which its brokers require)."""
+        if self.admin_key is None:
+            return None
+        return group_token(self.admin_key, namespace, name, uid)
+
+    def brokers_for(self, body: kopf.Body) -> BrokerAPI:
+        """The broker client that sends this group's admin token."""
+        meta = body.metadata
+        return self.brokers.with_token(
+            self.admin_token(str(meta.namespace), str(meta.name), str(meta.uid))
+        )
 
 
 def _runtime(memo: kopf.Memo) -> Runtime:
@@ -108,12 +124,19 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         connector=aiohttp.TCPConnector(limit=SETTINGS.http_concurrency, ttl_dns_cache=10),
         headers={"User-Agent": "brokergroup-operator"},
     )
+    admin_key = load_key(SETTINGS.admin_key_file) if SETTINGS.admin_key_file else None
+    if admin_key is None:
+        logging.getLogger(__name__).warning(
+            "BROKERGROUP_ADMIN_KEY_FILE is not set: brokers run without admin authentication "
+            "(anyone who reaches a broker's HTTP port may call /v1/admin/*)"
+        )
     memo["runtime"] = Runtime(
         settings=SETTINGS,
         session=session,
         brokers=BrokerAPI(session, SETTINGS.http_timeout, SETTINGS.http_concurrency),
         kube=Kube.from_env(),
         groups={},
+        admin_key=admin_key,
     )
 
 
@@ -364,6 +387,7 @@ def _desired(
         network_policies=runtime.settings.network_policy,
         claim_sizes=sizes,
         dledger_size=dledger_size(group, peers, state) if group.dledger else None,
+        admin_token=runtime.admin_token(group.namespace, group.name, str(owner["uid"])),
     )
 
 
@@ -620,7 +644,7 @@ async def poll_group(
 
     started = time.monotonic()
     result = await sweep(
-        brokers=runtime.brokers,
+        brokers=runtime.brokers_for(body),
         settings=runtime.settings,
         group=group,
         pods=list(broker_pods.get(key, [])),
@@ -728,7 +752,7 @@ async def failover_daemon(
         members = KubeMembers(group, pods, runtime.settings)
         if controller is None:
             controller = FailoverController(
-                brokers=runtime.brokers,
+                brokers=runtime.brokers_for(body),
                 spec=group,
                 members=members,
                 persist=persist,
@@ -876,7 +900,7 @@ async def dledger_daemon(
         count = max([group.replicas] + [_ordinal(p) + 1 for p in pods if _ordinal(p) >= 0])
         names = [peer_pod(name, i) for i in range(count)]
         reports = await asyncio.gather(
-            *(poll_broker(runtime.brokers, resolve, group, pods.get(n)) for n in names)
+            *(poll_broker(runtime.brokers_for(body), resolve, group, pods.get(n)) for n in names)
         )
         leader = find_leader(group, reports)
         event = leader_event(last, leader)

@@ -16,7 +16,7 @@ from lightkube import ApiError, AsyncClient, KubeConfig
 from lightkube.core.resource import NamespacedResource
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apps_v1 import StatefulSet
-from lightkube.resources.core_v1 import ConfigMap, PersistentVolumeClaim, Pod, Service
+from lightkube.resources.core_v1 import ConfigMap, PersistentVolumeClaim, Pod, Secret, Service
 from lightkube.resources.networking_v1 import NetworkPolicy
 from lightkube.resources.policy_v1 import PodDisruptionBudget
 from lightkube.types import PatchType
@@ -31,6 +31,8 @@ KINDS: dict[str, type[NamespacedResource]] = {
     "StatefulSet": StatefulSet,
     "PodDisruptionBudget": PodDisruptionBudget,
     "NetworkPolicy": NetworkPolicy,
+    # a group's admin token: applied (create, patch), never read (admin_token.py)
+    "Secret": Secret,
 }
 
 

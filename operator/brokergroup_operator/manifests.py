@@ -9,6 +9,7 @@ over the file: brokerId from the pod's ordinal, brokerIP1 from the pod IP (downw
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from collections.abc import Mapping
 from typing import Any
@@ -22,6 +23,9 @@ Manifest = dict[str, Any]
 
 CONF_DIR = "/etc/habroker"
 CONF_FILE = "broker.conf"
+#: the group's admin token Secret, mounted read-only (``adminTokenFile``; admin_token.py)
+ADMIN_DIR = "/etc/habroker-admin"
+ADMIN_KEY = "token"
 DATA_DIR = "/data"
 STORE_DIR = "/data/store"
 CLIENT_PORT_NAME = "client"  # listenPort: RocketMQ's client port (remoting protocol)
@@ -94,6 +98,10 @@ def peer_id(ordinal: int) -> str:
 
 def config_name(group: str) -> str:
     return f"{group}-config"
+
+
+def admin_secret_name(group: str) -> str:
+    return f"{group}-admin-token"
 
 
 def client_service_name(group: str) -> str:
@@ -286,15 +294,32 @@ def config_map(
     owner: Mapping[str, Any],
     cluster_domain: str = "cluster.local",
     members: int | None = None,
+    admin: bool = False,
 ) -> Manifest:
     """broker.conf; a DLEDGER group's carries ``dLegerPeers`` of the membership decided so far
-    (a peer started now boots with it; running peers are told by the admin API)."""
+    (a peer started now boots with it; running peers are told by the admin API); ``admin``:
+    the brokers require the group's admin token (``admin_secret``)."""
     extra = {"dLegerPeers": dledger_peers(spec, cluster_domain, members)} if spec.dledger else {}
+    if admin:
+        extra["adminTokenFile"] = f"{ADMIN_DIR}/{ADMIN_KEY}"
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _meta(config_name(spec.name), spec, owner),
         "data": {CONF_FILE: render_broker_conf(spec, extra)},
+    }
+
+
+def admin_secret(spec: GroupSpec, owner: Mapping[str, Any], token: str) -> Manifest:
+    """The group's admin token, which its broker pods mount (``adminTokenFile``) and the
+    operator sends; derived from the operator key (admin_token.py), so the operator never
+    needs to read it back."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(admin_secret_name(spec.name), spec, owner),
+        "type": "Opaque",
+        "data": {ADMIN_KEY: base64.b64encode(token.encode()).decode()},
     }
 
 
@@ -554,10 +579,12 @@ def statefulset(
     cluster_domain: str = "cluster.local",
     claim_size: str | None = None,
     dledger_size: tuple[int, int] | None = None,
+    admin: bool = False,
 ) -> Manifest:
     """Master (1 replica, brokerId 0), slaves (N replicas, brokerId ordinal+1), or a DLEDGER
     group's peers (dLegerSelfId n<ordinal>; ``dledger_size`` (members, replicas) during a
-    membership change, spec.replicas for both otherwise).
+    membership change, spec.replicas for both otherwise); ``admin`` mounts the group's admin
+    token Secret.
 
     updateStrategy OnDelete: the StatefulSet controller never restarts a broker by itself; the
     operator deletes outdated pods in its own order (slaves first, the master only while a slave
@@ -571,13 +598,25 @@ def statefulset(
     ]
     if spec.ephemeral:
         volumes.append({"name": "store", "emptyDir": {}})
+    if admin:
+        volumes.append(
+            {
+                "name": "admin-token",
+                "secret": {"secretName": admin_secret_name(spec.name), "defaultMode": 0o440},
+            }
+        )
+    template = pod_template(spec, component, cluster_domain, volumes)
+    if admin:
+        template["spec"]["containers"][0]["volumeMounts"].append(
+            {"name": "admin-token", "mountPath": ADMIN_DIR, "readOnly": True}
+        )
     sts_spec: dict[str, Any] = {
         "replicas": replicas,
         "serviceName": name,
         "podManagementPolicy": "Parallel",
         "updateStrategy": {"type": "OnDelete"},
         "selector": {"matchLabels": selector_labels(spec.name, component)},
-        "template": pod_template(spec, component, cluster_domain, volumes),
+        "template": template,
     }
     if not spec.ephemeral:
         claim_spec: dict[str, Any] = {
@@ -706,6 +745,7 @@ def children(
     network_policies: bool = False,
     claim_sizes: Mapping[str, str] | None = None,
     dledger_size: tuple[int, int] | None = None,
+    admin_token: str | None = None,
 ) -> list[Manifest]:
     """Every child, in apply order (config and Services before the pods that need them).
 
@@ -713,13 +753,17 @@ def children(
     ``BROKERGROUP_NETWORK_POLICY``; the helm chart turns it on and grants the RBAC).
     ``claim_sizes``: StatefulSet name -> the claim size it already has.
     ``dledger_size``: a DLEDGER group's (members, replicas) as its membership change has
-    them (default: spec.replicas for both).
+    them (default: spec.replicas for both). ``admin_token``: the group's admin token (its
+    Secret first, so the pods that mount it never wait for it).
     """
     sizes = claim_sizes or {}
+    admin = admin_token is not None
+    secrets = [admin_secret(spec, owner, admin_token)] if admin_token is not None else []
     if spec.dledger:
         members = dledger_size[0] if dledger_size else None
         peers = [
-            config_map(spec, owner, cluster_domain, members),
+            *secrets,
+            config_map(spec, owner, cluster_domain, members, admin),
             headless_service(spec, owner, PEER),
             client_service(spec, owner),
             namesrv_service(spec, owner),
@@ -734,12 +778,14 @@ def children(
                 cluster_domain,
                 sizes.get(peers_name(spec.name)),
                 dledger_size,
+                admin,
             )
         )
         peers.append(pod_disruption_budget(spec, owner))
         return peers
     items = [
-        config_map(spec, owner),
+        *secrets,
+        config_map(spec, owner, cluster_domain, admin=admin),
         headless_service(spec, owner, MASTER),
         headless_service(spec, owner, SLAVE),
         client_service(spec, owner),
@@ -748,8 +794,12 @@ def children(
     if network_policies:
         items.append(network_policy(spec, owner))
     items += [
-        statefulset(spec, owner, MASTER, cluster_domain, sizes.get(master_name(spec.name))),
-        statefulset(spec, owner, SLAVE, cluster_domain, sizes.get(slave_name(spec.name))),
+        statefulset(
+            spec, owner, MASTER, cluster_domain, sizes.get(master_name(spec.name)), admin=admin
+        ),
+        statefulset(
+            spec, owner, SLAVE, cluster_domain, sizes.get(slave_name(spec.name)), admin=admin
+        ),
         pod_disruption_budget(spec, owner),
     ]
     if spec.external_access:

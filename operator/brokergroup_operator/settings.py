@@ -40,6 +40,9 @@ class Settings:
     metrics_port: int = 8081
     #: where /metrics listens: loopback unless told otherwise (the chart sets 0.0.0.0)
     metrics_address: str = "127.0.0.1"
+    #: the operator key every group's admin token is derived from (``admin_token``); empty:
+    #: brokers run without admin authentication
+    admin_key_file: str = ""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -68,6 +71,7 @@ class Settings:
             network_policy=_flag(env, "NETWORK_POLICY", cls.network_policy),
             metrics_port=get("METRICS_PORT", cls.metrics_port),
             metrics_address=get("METRICS_ADDRESS", cls.metrics_address),
+            admin_key_file=get("ADMIN_KEY_FILE", cls.admin_key_file),
         )
         for key, value in (("ADDRESSING", settings.addressing), ("WIRING", settings.wiring)):
             if value not in ADDRESSING_MODES:

@@ -8,6 +8,7 @@ SpecValid=False with an Event for what the schema cannot catch, and never crash-
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -266,6 +267,9 @@ def test_explain(api: kubeapi.ApiServer) -> None:
 
 
 # -- the operator -------------------------------------------------------------------------
+OPERATOR_KEY = "operator-key-for-the-apiserver-tests"
+
+
 @pytest.fixture(scope="module")
 def operator_metrics_port() -> int:
     from habroker.local import free_port
@@ -278,8 +282,11 @@ def operator(
     api: kubeapi.ApiServer, operator_metrics_port: int
 ) -> Iterator[subprocess.Popen[bytes]]:
     log = api.workdir / "logs" / "operator.log"
+    key = api.workdir / "operator-key"
+    key.write_text(OPERATOR_KEY)
     env = {
         **os.environ,
+        "BROKERGROUP_ADMIN_KEY_FILE": str(key),
         "KUBECONFIG": str(api.kubeconfig_for("operator-token")),
         "BROKERGROUP_POLL_INTERVAL": "1",
         "BROKERGROUP_HTTP_TIMEOUT": "0.5",
@@ -778,9 +785,11 @@ def test_dledger_group_children_and_status(api: kubeapi.ApiServer, operator: Any
     }
     sts = found[("StatefulSet", "quorum-peers")]
     assert sts["spec"]["replicas"] == 5
+    assert sts["metadata"]["annotations"]["brokergroup.io/dledger-members"] == "5"
     container = sts["spec"]["template"]["spec"]["containers"][0]
-    env = {e["name"]: e.get("value") for e in container["env"]}
-    peers = env["HABROKER_dLegerPeers"].split(";")
+    conf = found[("ConfigMap", "quorum-config")]["data"]["broker.conf"]
+    (line,) = [x for x in conf.splitlines() if x.startswith("dLegerPeers=")]
+    peers = line.partition("=")[2].replace("\\", "").split(";")
     assert peers[4] == f"n4-quorum-peers-4.quorum-peers.{NS}.svc.cluster.local:40911"
     assert "HABROKER_dLegerSelfId=n${HOSTNAME##*-}" in container["command"][-1]
     assert found[("Service", "quorum")]["spec"]["selector"] == {
@@ -1054,3 +1063,32 @@ def test_operator_has_no_errors_in_its_log(api: kubeapi.ApiServer, operator: Any
     ]
     bad += [line for line in log if " ERROR " in line]
     assert not bad, "\n".join(bad[:20])
+
+
+def test_admin_token_secret_written_never_readable_by_the_operator(
+    api: kubeapi.ApiServer, operator: Any
+) -> None:
+    """Under the deploy RBAC (secrets: create, patch) the operator writes each group's admin
+    token Secret, derived from its key and the group's uid, and could not read one back; the
+    brokers' broker.conf names the mounted file; the token is in no log line."""
+    from brokergroup_operator.admin_token import group_token
+
+    apply(api, group("guarded", replicationMode="ASYNC", slaves=1))
+    secret = eventually(
+        lambda: get(api, "secret", "-l", "brokergroup.io/group=guarded")["items"],
+        what="the admin token Secret",
+    )[0]
+    uid = get(api, "bg/guarded")["metadata"]["uid"]
+    token = base64.b64decode(secret["data"]["token"]).decode()
+    assert token == group_token(OPERATOR_KEY.encode(), NS, "guarded", uid)
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == uid
+    conf = eventually(lambda: children(api, "guarded").get(("ConfigMap", "guarded-config")))
+    assert "adminTokenFile=/etc/habroker-admin/token" in conf["data"]["broker.conf"]
+    as_operator = api.kubeconfig_for("operator-token")
+    for verb in ("get", "list", "watch"):
+        out = api.kubectl("auth", "can-i", verb, "secrets", "-n", NS, kubeconfig=as_operator,
+                          check=False)  # fmt: skip
+        assert out.stdout.strip() == "no", (verb, out.stdout)
+    time.sleep(2)
+    assert token not in (api.workdir / "logs" / "operator.log").read_text()
+    api.kubectl("delete", "-n", NS, "bg/guarded", "--timeout=30s")

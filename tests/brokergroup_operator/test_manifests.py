@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 from pathlib import Path
 
 import pytest
@@ -603,3 +605,40 @@ def test_restart_value_rolls_both_statefulsets():
         assert first != before
         assert pod_of(replace(base, restart="2"), component) != first
         assert pod_of(replace(base, restart="1"), component) == first
+
+
+def test_admin_token_secret_is_applied_first_and_mounted_by_every_broker():
+    """With an admin token the group's Secret comes before anything that mounts it, broker.conf
+    names the mounted file, and the token is in the Secret only (not in broker.conf, the pod
+    template or an environment variable)."""
+    token = "t0k3n-" + "a" * 40
+    for group in (spec(), parse_spec("bg", "ns", {"image": "x", "replicationMode": "DLEDGER"})):
+        items = m.children(group, OWNER, admin_token=token)
+        assert items[0]["kind"] == "Secret" and items[0]["metadata"]["name"] == "bg-admin-token"
+        assert base64.b64decode(items[0]["data"]["token"]).decode() == token
+        conf = next(i for i in items if i["kind"] == "ConfigMap")["data"]["broker.conf"]
+        assert "adminTokenFile=/etc/habroker-admin/token" in conf
+        for sts in (i for i in items if i["kind"] == "StatefulSet"):
+            pod = sts["spec"]["template"]["spec"]
+            volume = next(v for v in pod["volumes"] if v["name"] == "admin-token")
+            assert volume["secret"]["secretName"] == "bg-admin-token"
+            mounts = pod["containers"][0]["volumeMounts"]
+            assert {
+                "name": "admin-token",
+                "mountPath": "/etc/habroker-admin",
+                "readOnly": True,
+            } in mounts
+        assert token not in json.dumps([i for i in items if i["kind"] != "Secret"])
+        plain = m.children(group, OWNER)
+        assert "Secret" not in {i["kind"] for i in plain}
+        assert "adminTokenFile" not in json.dumps(plain)
+
+
+def test_admin_tokens_differ_per_group_and_are_stable():
+    from brokergroup_operator.admin_token import group_token
+
+    key = b"k" * 32
+    a = group_token(key, "ns", "bg", "uid-1")
+    assert a == group_token(key, "ns", "bg", "uid-1")
+    assert len({a, group_token(key, "ns", "bg", "uid-2"), group_token(key, "ns2", "bg", "uid-1"),
+                group_token(b"x" * 32, "ns", "bg", "uid-1")}) == 4  # fmt: skip

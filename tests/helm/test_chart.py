@@ -11,6 +11,7 @@ so a skip can never hide an untested chart.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -216,6 +217,7 @@ def test_defaults(helm: str) -> None:
         "ClusterRoleBinding",
         "Deployment",
         "NetworkPolicy",
+        "Secret",
         "ServiceAccount",
     ]
     (dep,) = kinds["Deployment"]
@@ -278,7 +280,8 @@ def test_rbac_is_exactly_what_the_operator_uses(helm: str) -> None:
     assert role["rules"] == operator_rules(network_policy=False)
     for rule in role["rules"]:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"]
-        assert "secrets" not in rule["resources"]
+        if "secrets" in rule["resources"]:  # the groups' admin tokens: written, never read
+            assert rule["resources"] == ["secrets"] and rule["verbs"] == ["create", "patch"]
 
 
 def test_namespaced_mode(helm: str) -> None:
@@ -524,3 +527,26 @@ def test_examples_pass_the_apiserver(api: kubeapi.ApiServer) -> None:
             check=False,
         )
         assert result.returncode == 0, f"{path.name}: {result.stderr}"
+
+
+def test_operator_key_secret_is_generated_mounted_and_can_be_brought(helm: str) -> None:
+    """The operator key every group's admin token derives from: a generated Secret mounted
+    read-only into the operator, named by BROKERGROUP_ADMIN_KEY_FILE; with
+    operatorKey.existingSecret the chart makes none and mounts that one."""
+    kinds = by_kind(render(helm))
+    (secret,) = kinds["Secret"]
+    assert secret["metadata"]["name"].endswith("-key")
+    key = base64.b64decode(secret["data"]["key"])
+    assert len(key) >= 16
+    (dep,) = kinds["Deployment"]
+    pod = dep["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "key")
+    assert volume["secret"]["secretName"] == secret["metadata"]["name"]
+    (container,) = pod["containers"]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "key")
+    assert mount["readOnly"] is True
+    assert env_of(dep)["BROKERGROUP_ADMIN_KEY_FILE"] == mount["mountPath"] + "/key"
+    own = by_kind(render(helm, "--set", "operatorKey.existingSecret=mine"))
+    assert "Secret" not in own
+    pod = own["Deployment"][0]["spec"]["template"]["spec"]
+    assert next(v for v in pod["volumes"] if v["name"] == "key")["secret"]["secretName"] == "mine"

@@ -108,6 +108,10 @@ children are deleted by the garbage collector, never by the operator.
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
+# each group's admin token Secret: written (server-side apply), never read
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [create, patch]
 {{- if include "brokergroup-operator.peering" . }}
 # kopf peering (replicaCount > 1): each replica keeps its record in the peering object fresh
 - apiGroups: [kopf.dev]
@@ -120,4 +124,9 @@ children are deleted by the garbage collector, never by the operator.
   resources: [networkpolicies]
   verbs: [list, watch, create, patch]
 {{- end }}
+{{- end }}
+
+{{/* The operator key Secret (every group's admin token derives from it) */}}
+{{- define "brokergroup-operator.keyName" -}}
+{{ include "brokergroup-operator.fullname" . }}-key
 {{- end }}
