@@ -67,12 +67,7 @@ class MemberState:
         path = self.term_file
         if not path.exists():
             return
-        values: dict[str, str] = {}
-        for line in path.read_text().splitlines():
-            if not line.strip() or line.lstrip().startswith(("#", "!")):
-                continue
-            key, _, value = line.partition("=")
-            values[key.strip()] = value.strip()
+        values = _read_properties(path)
         if values.get("currTerm"):
             self.term = int(values["currTerm"])
         self.vote_for = values.get("voteLeader") or None
@@ -92,45 +87,35 @@ class MemberState:
         path = self.membership_file
         if not path.exists():
             return
-        for line in path.read_text().splitlines():
-            key, _, value = line.partition("=")
-            if key.strip() == "peers" and value.strip():
-                peers = parse_peers(value.strip(), None)
-                if peers != self.peers:
-                    log.info(
-                        "dledger %s: membership %s (from %s, over dLegerPeers %s)",
-                        self.self_id,
-                        ";".join(peers),
-                        path,
-                        ";".join(self.peers),
-                    )
-                self.addresses.update(peers)
-                self.peers = peers
+        text = _read_properties(path).get("peers")
+        if not text:
+            return
+        peers = parse_peers(text, None)
+        if peers != self.peers:
+            log.info(
+                "dledger %s: membership %s (from %s, over dLegerPeers %s)",
+                self.self_id,
+                ";".join(peers),
+                path,
+                ";".join(self.peers),
+            )
+        self.addresses.update(peers)
+        self.peers = peers
 
     def set_peers(self, peers: dict[str, str]) -> None:
         """A new membership, persisted before it is used (see the module docstring)."""
-        text = "peers=" + ";".join(f"{k}-{v}" for k, v in peers.items()) + "\n"
-        path = self.membership_file
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
+        _write_atomically(
+            self.membership_file, "peers=" + ";".join(f"{k}-{v}" for k, v in peers.items()) + "\n"
+        )
         self.addresses.update(peers)
         self.peers = dict(peers)
         for gone in [p for p in self.peers_live if p not in peers]:
             del self.peers_live[gone]
 
     def _persist(self) -> None:
-        text = f"currTerm={self.term}\nvoteLeader={self.vote_for or ''}\n"
-        path = self.term_file
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
+        _write_atomically(
+            self.term_file, f"currTerm={self.term}\nvoteLeader={self.vote_for or ''}\n"
+        )
 
     # -- transitions -----------------------------------------------------------------------
     def set_vote_for(self, peer_id: str | None) -> None:
@@ -198,3 +183,23 @@ class MemberState:
     @property
     def leader_address(self) -> str | None:
         return None if self.leader_id is None else self.addresses.get(self.leader_id)
+
+
+def _read_properties(path: Path) -> dict[str, str]:
+    values: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        if not line.strip() or line.lstrip().startswith(("#", "!")):
+            continue
+        key, _, value = line.partition("=")
+        values[key.strip()] = value.strip()
+    return values
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Through a temporary file, fsynced, and a rename: a crash leaves the old or the new."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as out:
+        out.write(text)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
