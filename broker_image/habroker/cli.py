@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from habroker import __version__
 from habroker.config import BrokerConfig, ConfigError
+from habroker.remoting.acl import AclError, SessionCredentials
 from habroker.store.errors import StoreError
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ async def _serve(config: BrokerConfig) -> int:
     try:
         startup = BrokerStartup(config)
         await startup.start()
-    except (OSError, StoreError, ConfigError) as exc:
+    except (OSError, StoreError, ConfigError, AclError) as exc:
         # a port in use, a store another broker holds, a damaged store file: the message
         # names what and how to fix it; a traceback would add nothing
         log.error("cannot start: %s", exc)
@@ -177,7 +178,7 @@ async def _produce(args: argparse.Namespace) -> int:
             statuses[res.status.value] = statuses.get(res.status.value, 0) + res.count
             progress.update(res.count, sum(len(b) for b in batch))
 
-    async with MQProducer(args.namesrv, args.group) as producer:
+    async with MQProducer(args.namesrv, args.group, credentials=_credentials(args)) as producer:
         await producer.instance.routes.get(args.topic)  # a missing topic fails here, once
         workers = [asyncio.create_task(worker(producer)) for _ in range(args.producers)]
         batch: list[bytes] = []
@@ -235,7 +236,11 @@ async def _consume(args: argparse.Namespace) -> int:
     seen = 0
     out = sys.stdout
     async with MQPullConsumer(
-        args.namesrv, args.group, pull_batch_size=args.max, long_polling_timeout=args.long_poll
+        args.namesrv,
+        args.group,
+        pull_batch_size=args.max,
+        long_polling_timeout=args.long_poll,
+        credentials=_credentials(args),
     ) as consumer:
         queues = await consumer.fetch_message_queues(args.topic)
         if args.queue_id is not None:
@@ -374,7 +379,7 @@ def cmd_topic(args: argparse.Namespace) -> int:
 async def _topic(args: argparse.Namespace) -> int:
     from habroker.client import MQAdmin
 
-    async with MQAdmin(args.namesrv) as admin:
+    async with MQAdmin(args.namesrv, credentials=_credentials(args)) as admin:
         if args.action == "create":
             where = await admin.create_topic(
                 args.name, args.queues, cluster=args.cluster, broker_addr=args.broker_addr
@@ -413,7 +418,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
 async def _cluster(args: argparse.Namespace) -> int:
     from habroker.client import MQAdmin
 
-    async with MQAdmin(args.namesrv) as admin:
+    async with MQAdmin(args.namesrv, credentials=_credentials(args)) as admin:
         info = await admin.cluster_info()
         for cluster, names in sorted(info.clusters.items()):
             for name in names:
@@ -430,7 +435,7 @@ def cmd_consumer(args: argparse.Namespace) -> int:
 async def _consumer_progress(args: argparse.Namespace) -> int:
     from habroker.client import MQAdmin
 
-    async with MQAdmin(args.namesrv) as admin:
+    async with MQAdmin(args.namesrv, credentials=_credentials(args)) as admin:
         rows = await admin.consumer_progress(args.group, args.topic)
     if args.json:
         print(
@@ -469,7 +474,7 @@ async def _offset_reset(args: argparse.Namespace) -> int:
     from habroker.client import MQAdmin
 
     to: str | int = args.to if args.to in ("earliest", "latest") else parse_time(args.to)
-    async with MQAdmin(args.namesrv) as admin:
+    async with MQAdmin(args.namesrv, credentials=_credentials(args)) as admin:
         rows = await admin.reset_offsets(args.group, args.topic, to)
     for r in rows:
         mq = r.message_queue
@@ -494,7 +499,7 @@ def cmd_message(args: argparse.Namespace) -> int:
 async def _message_view(args: argparse.Namespace) -> int:
     from habroker.client import MQAdmin
 
-    async with MQAdmin(args.namesrv) as admin:
+    async with MQAdmin(args.namesrv, credentials=_credentials(args)) as admin:
         m = await admin.view_message(args.id)
     if args.json:
         print(json.dumps({k: v for k, v in _message_json(m, 0).items() if k != "brokerId"}))
@@ -529,6 +534,30 @@ def _namesrv(p: argparse.ArgumentParser) -> None:
         help="name server(s): any broker of the group (its listenPort) or a RocketMQ name "
         "server (env HABROKER_NAMESRV; default %(default)s)",
     )
+    p.add_argument(
+        "--access-key",
+        default=os.environ.get("HABROKER_ACCESS_KEY", ""),
+        metavar="AK",
+        help="sign requests for a broker with aclEnable (RocketMQ ACL 1.0, docs/security.md) "
+        "with this accessKey (env HABROKER_ACCESS_KEY); the secret comes from env "
+        "HABROKER_SECRET_KEY or --secret-key",
+    )
+    p.add_argument(
+        "--secret-key",
+        default=os.environ.get("HABROKER_SECRET_KEY", ""),
+        metavar="SK",
+        help="the accessKey's secretKey (prefer env HABROKER_SECRET_KEY: a command line is "
+        "visible to other users)",
+    )
+
+
+def _credentials(args: argparse.Namespace) -> SessionCredentials | None:
+    """The ACL credentials the client commands sign with, or None for an unsigned client."""
+    if not args.access_key:
+        return None
+    if not args.secret_key:
+        raise SystemExit("--access-key needs a secret: env HABROKER_SECRET_KEY or --secret-key")
+    return SessionCredentials(args.access_key, args.secret_key)
 
 
 def build_parser() -> argparse.ArgumentParser:

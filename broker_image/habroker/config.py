@@ -149,6 +149,11 @@ class BrokerConfig:
     slaveReadEnable: bool = False
     accessMessageInMemoryMaxRatio: int = 40
     totalPhysicalMemorySize: int = 0  # habroker: 0 = read from the OS; set to test redirection
+    # security: RocketMQ ACL 1.0 on the remoting ports (docs/security.md)
+    aclEnable: bool = False
+    # habroker: the plain_acl.yml (RocketMQ: <ROCKETMQ_HOME>/conf/plain_acl.yml);
+    # empty = <storePathRootDir>/../conf/plain_acl.yml
+    aclFile: str = ""
     # metadata sync (slave)
     metaSyncInterval: int = 10000  # habroker: RocketMQ hard-codes 10 s
     #: RocketMQ keys given that habroker accepts but does not implement, as written
@@ -192,6 +197,14 @@ class BrokerConfig:
     @property
     def metadata_dir(self) -> Path:
         return self.store_root / "config"
+
+    @property
+    def acl_file(self) -> Path:
+        return (
+            Path(self.aclFile)
+            if self.aclFile
+            else self.store_root.parent / "conf" / "plain_acl.yml"
+        )
 
     @property
     def fast_listen_port(self) -> int:

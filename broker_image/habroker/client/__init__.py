@@ -38,6 +38,7 @@ from habroker.client.instance import ClientInstance
 from habroker.client.producer import MQProducer, SendResult, SendStatus
 from habroker.client.route import ClusterInfo, MessageQueue, TopicRoute, TopicRouteCache
 from habroker.client.sync import BrokerConnection, BrokerGroupReader, Producer
+from habroker.remoting.acl import SessionCredentials
 from habroker.wire import OutgoingMessage
 
 __all__ = [
@@ -69,6 +70,7 @@ __all__ = [
     "Receipt",
     "SendResult",
     "SendStatus",
+    "SessionCredentials",
     "SyncMQAdmin",
     "SyncMQProducer",
     "SyncMQPullConsumer",

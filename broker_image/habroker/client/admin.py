@@ -26,6 +26,7 @@ from habroker.client.producer import check_topic
 from habroker.client.route import ClusterInfo, MessageQueue, TopicRoute
 from habroker.message import MessageExt, decode_offset_msg_id, decode_records
 from habroker.remoting import RequestCode, ResponseCode
+from habroker.remoting.acl import SessionCredentials
 
 log = logging.getLogger(__name__)
 
@@ -76,11 +77,14 @@ class MQAdmin:
         *,
         instance: ClientInstance | None = None,
         timeout: float = 5.0,
+        credentials: SessionCredentials | None = None,
     ) -> None:
         if instance is None and namesrv_addr is None:
             raise ValueError("MQAdmin needs namesrv_addr or a ClientInstance")
         self._owns_instance = instance is None
-        self.instance = instance or ClientInstance(namesrv_addr or "", timeout=timeout)
+        self.instance = instance or ClientInstance(
+            namesrv_addr or "", timeout=timeout, credentials=credentials
+        )
 
     async def _json(self, address: str, code: int, header: dict[str, Any] | None = None) -> Any:
         answer = await self.instance.call(address, code, header)

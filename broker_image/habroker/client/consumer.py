@@ -45,6 +45,7 @@ from habroker.client.instance import (
 from habroker.client.route import MASTER_ID, MessageQueue
 from habroker.message import MessageExt, decode_records
 from habroker.remoting import RequestCode, ResponseCode
+from habroker.remoting.acl import SessionCredentials
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +147,7 @@ class MQPullConsumer:
         auto_commit: bool = False,
         auto_commit_interval: float = 5.0,
         timeout: float = 3.0,
+        credentials: SessionCredentials | None = None,
     ) -> None:
         if instance is None and namesrv_addr is None:
             raise ValueError("MQPullConsumer needs namesrv_addr or a ClientInstance")
@@ -153,7 +155,9 @@ class MQPullConsumer:
             raise ValueError(f"consume_from={consume_from!r}: 'first', 'last' or a time in ms")
         self.group = group
         self._owns_instance = instance is None
-        self.instance = instance or ClientInstance(namesrv_addr or "", timeout=timeout)
+        self.instance = instance or ClientInstance(
+            namesrv_addr or "", timeout=timeout, credentials=credentials
+        )
         self.pull_batch_size = pull_batch_size
         self.long_polling_timeout = long_polling_timeout
         self.consume_from = consume_from

@@ -25,6 +25,7 @@ from habroker.client.errors import BrokerUnreachableError, MQBrokerError
 from habroker.client.route import MASTER_ID, TopicRouteCache
 from habroker.message import tags_code
 from habroker.remoting import RemotingCommand, RequestCode, ResponseCode
+from habroker.remoting.acl import SessionCredentials, rpc_hook
 from habroker.remoting.channel import Channel, RemotingError
 from habroker.remoting.client import RemotingClient
 from habroker.remoting.command import Body, SerializeType
@@ -103,10 +104,16 @@ class ClientInstance:
         heartbeat_interval: float = HEARTBEAT_INTERVAL,
         serialize_type: SerializeType = SerializeType.JSON,
         instance_name: str | None = None,
+        credentials: SessionCredentials | None = None,
     ) -> None:
+        """``credentials``: sign every request for a broker with ``aclEnable`` (RocketMQ's
+        AclClientRPCHook; docs/security.md)."""
         self.timeout = timeout
         self.remoting = RemotingClient(
-            timeout=timeout, serialize_type=serialize_type, dispatcher=_ClientRequests()
+            timeout=timeout,
+            serialize_type=serialize_type,
+            dispatcher=_ClientRequests(),
+            rpc_hook=rpc_hook(credentials) if credentials is not None else None,
         )
         self.routes = TopicRouteCache(self.remoting, namesrv_addr, ttl=route_ttl, timeout=timeout)
         name = instance_name or f"{os.getpid()}#{time.time_ns()}"

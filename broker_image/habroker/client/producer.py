@@ -34,6 +34,7 @@ from habroker.client.route import MessageQueue, TopicRoute
 from habroker.client.uniq_id import new_uniq_id
 from habroker.message import PROPERTY_DELAY_TIME_LEVEL, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 from habroker.remoting import RequestCode, ResponseCode
+from habroker.remoting.acl import SessionCredentials
 from habroker.wire import OutgoingMessage, encode_entry, encode_properties
 
 log = logging.getLogger(__name__)
@@ -141,12 +142,15 @@ class MQProducer:
         send_timeout: float = 3.0,
         retry_times: int = 2,
         max_message_size: int = MAX_MESSAGE_SIZE,
+        credentials: SessionCredentials | None = None,
     ) -> None:
         if instance is None and namesrv_addr is None:
             raise ValueError("MQProducer needs namesrv_addr or a ClientInstance")
         self.group = group
         self._owns_instance = instance is None
-        self.instance = instance or ClientInstance(namesrv_addr or "", timeout=send_timeout)
+        self.instance = instance or ClientInstance(
+            namesrv_addr or "", timeout=send_timeout, credentials=credentials
+        )
         self.send_timeout = send_timeout
         self.retry_times = retry_times
         self.max_message_size = max_message_size

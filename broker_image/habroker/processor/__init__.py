@@ -16,6 +16,7 @@ from habroker.processor.namesrv import NameServerProcessor
 from habroker.processor.pull_message import PullMessageProcessor
 from habroker.processor.send_message import SendMessageProcessor
 from habroker.processor.send_msg_back import ConsumerSendMsgBackProcessor
+from habroker.remoting.acl import PlainAccessValidator
 from habroker.remoting.server import RemotingServer
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,16 @@ class BrokerRemoting:
             NameServerProcessor(broker, broker.routes),
         ):
             processor.register(self.server)
+        self.acl: PlainAccessValidator | None = None
+        if broker.config.aclEnable:
+            # a missing or invalid file fails the start (AclError), as it should: no open door
+            self.acl = PlainAccessValidator(broker.config.acl_file)
+            self.server.request_check = self.acl.check
+            log.info(
+                "ACL enabled on the remoting ports: %s, %d accounts",
+                self.acl.path,
+                len(self.acl.config.accounts),
+            )
 
     async def start(self, host: str, port: int, fast_port: int = 0, external_port: int = 0) -> None:
         """``fast_port``: RocketMQ's VIP channel (listenPort - 2), where Java slaves copy

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from habroker.remoting.channel import Channel, RemotingError, RequestDispatcher
@@ -44,8 +44,12 @@ class RemotingClient:
         connect_timeout: float = 3.0,
         serialize_type: SerializeType = SerializeType.JSON,
         dispatcher: RequestDispatcher | None = None,
+        rpc_hook: Callable[[RemotingCommand], None] | None = None,
     ) -> None:
+        """``rpc_hook`` sees every request before it is sent (RocketMQ's RPCHook.doBeforeRequest):
+        :func:`habroker.remoting.acl.rpc_hook` signs requests for an ACL-enabled broker."""
         self.timeout = timeout
+        self.rpc_hook = rpc_hook
         self.connect_timeout = connect_timeout
         self.serialize_type = serialize_type
         self.dispatcher = dispatcher
@@ -99,6 +103,8 @@ class RemotingClient:
     ) -> RemotingCommand:
         """Send a request and return the answer, whatever its code."""
         request = RemotingCommand.request(code, header, body, serialize_type=self.serialize_type)
+        if self.rpc_hook is not None:
+            self.rpc_hook(request)
         channel = await self.channel(address)
         return await channel.invoke(request, timeout or self.timeout)
 
@@ -122,9 +128,10 @@ class RemotingClient:
         self, address: str, code: int, header: Mapping[str, Any] | None = None
     ) -> None:
         channel = await self.channel(address)
-        channel.send_oneway(
-            RemotingCommand.request(code, header, serialize_type=self.serialize_type)
-        )
+        request = RemotingCommand.request(code, header, serialize_type=self.serialize_type)
+        if self.rpc_hook is not None:
+            self.rpc_hook(request)
+        channel.send_oneway(request)
 
     async def close(self) -> None:
         channels = list(self._channels.values())

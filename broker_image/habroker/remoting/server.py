@@ -22,6 +22,9 @@ log = logging.getLogger(__name__)
 
 Answer: TypeAlias = RemotingCommand | None
 Processor: TypeAlias = Callable[[RemotingCommand, Channel], Answer | Awaitable[Answer]]
+#: a check every request with a processor passes first (RocketMQ's server RPC hook); it raises
+#: :class:`RequestRefused` to refuse (the ACL: :mod:`habroker.remoting.acl`)
+RequestCheck: TypeAlias = Callable[[RemotingCommand, Channel], None]
 
 
 class RequestRefused(Exception):
@@ -35,6 +38,7 @@ class RequestRefused(Exception):
 class RemotingServer:
     def __init__(self, *, frame_max: int = FRAME_MAX_LENGTH, name: str = "remoting") -> None:
         self.processors: dict[int, Processor] = {}
+        self.request_check: RequestCheck | None = None
         self.frame_max = frame_max
         self.name = name
         self.channels: set[Channel] = set()
@@ -96,6 +100,8 @@ class RemotingServer:
             )
             return
         try:
+            if self.request_check is not None:
+                self.request_check(request, channel)
             result = processor(request, channel)
         except Exception as exc:
             self._answer(channel, request, self._failure(request, exc))
