@@ -17,6 +17,11 @@
  *             [--fail-ids a,b] [--fail-times F] [--max-reconsume K] [--retry-delay-level L]
  *             [--timeout-s S] [--from first|last] [--linger-ms MS] [--ready-file PATH]
  *   admin     <mqadmin sub-command and its arguments>  (exit status 1 when the command threw)
+ *   acl-sign  --access-key AK --secret-key SK [--field k=v].. [--body-hex H]: one request signed
+ *             by AclClientRPCHook; prints its extFields
+ *
+ * produce, lite-pull, push: --access-key AK --secret-key SK [--security-token T] sign every
+ * request with the real AclClientRPCHook (RocketMQ ACL 1.0).
  *
  * The body of message <id> is deterministic (see body()), so readers verify bytes by sha256.
  */
@@ -47,11 +52,14 @@ import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.commons.cli.CommandLine;
 import org.apache.commons.cli.Options;
 import org.apache.commons.cli.PosixParser;
+import org.apache.rocketmq.acl.common.AclClientRPCHook;
+import org.apache.rocketmq.acl.common.SessionCredentials;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.consumer.rebalance.AllocateMessageQueueAveragely;
+import org.apache.rocketmq.client.exception.MQBrokerException;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendCallback;
 import org.apache.rocketmq.client.producer.SendResult;
@@ -91,6 +99,9 @@ public final class RocketMQDriver {
                 break;
             case "admin":
                 status = admin(rest);
+                break;
+            case "acl-sign":
+                status = aclSign(new Args(rest));
                 break;
             default:
                 System.err.println("unknown command " + command);
@@ -273,6 +284,15 @@ public final class RocketMQDriver {
             o.put("status", "EXCEPTION");
             o.put("exception", e.getClass().getName());
             o.put("message", String.valueOf(e.getMessage()));
+            // a broker's refusal (MQBrokerException, maybe the cause of the retry loop's
+            // MQClientException): its response code and remark, for tests to compare exactly
+            for (Throwable c = e; c != null; c = c.getCause()) {
+                if (c instanceof MQBrokerException) {
+                    o.put("responseCode", ((MQBrokerException) c).getResponseCode());
+                    o.put("remark", ((MQBrokerException) c).getErrorMessage());
+                    break;
+                }
+            }
         }
         emit(o);
     }
@@ -557,8 +577,51 @@ public final class RocketMQDriver {
 
     // ---- request trace ------------------------------------------------------------------------
 
+    /** --access-key/--secret-key [--security-token]: the real client's AclClientRPCHook (ACL 1.0)
+     *  signs every request; with --trace too, the trace sees the signed request. */
     static RPCHook hook(Args a) {
-        return a.flag("trace") ? new TraceHook() : null;
+        RPCHook trace = a.flag("trace") ? new TraceHook() : null;
+        if (!a.has("access-key")) {
+            return trace;
+        }
+        RPCHook acl = new AclClientRPCHook(new SessionCredentials(a.required("access-key"),
+            a.required("secret-key"), a.get("security-token", null)));
+        if (trace == null) {
+            return acl;
+        }
+        return new RPCHook() {
+            @Override
+            public void doBeforeRequest(String remoteAddr, RemotingCommand request) {
+                acl.doBeforeRequest(remoteAddr, request);
+                trace.doBeforeRequest(remoteAddr, request);
+            }
+
+            @Override
+            public void doAfterResponse(String remoteAddr, RemotingCommand request, RemotingCommand response) {
+                trace.doAfterResponse(remoteAddr, request, response);
+            }
+        };
+    }
+
+    /** acl-sign --access-key AK --secret-key SK [--security-token T] [--field k=v].. [--body-hex H]:
+     *  one request through AclClientRPCHook; prints its extFields (AccessKey, Signature, ...). */
+    static int aclSign(Args a) {
+        RemotingCommand request = RemotingCommand.createRequestCommand(a.integer("code", 10), null);
+        for (String kv : a.all("field")) {
+            int eq = kv.indexOf('=');
+            request.addExtField(kv.substring(0, eq), kv.substring(eq + 1));
+        }
+        String hex = a.get("body-hex", "");
+        if (!hex.isEmpty()) {
+            byte[] body = new byte[hex.length() / 2];
+            for (int i = 0; i < body.length; i++) {
+                body[i] = (byte) Integer.parseInt(hex.substring(2 * i, 2 * i + 2), 16);
+            }
+            request.setBody(body);
+        }
+        hook(a).doBeforeRequest("127.0.0.1:0", request);
+        emit(obj("event", "signed", "extFields", new TreeMap<>(request.getExtFields())));
+        return 0;
     }
 
     /** Prints each remoting request ("out": we sent it, "in": the server sent it to us) and reply. */

@@ -360,6 +360,10 @@ class JavaProcess(abc.ABC):
     def args(self) -> list[str]:
         """The JVM's main-class arguments (a name server's or a broker's)."""
 
+    def jvm_props(self) -> list[str]:
+        """More ``-D`` flags for this server's JVM."""
+        return []
+
     def start(self, wait: bool = True, timeout: float = 90.0) -> Self:
         ensure_installed([self.version])
         argv = [
@@ -369,6 +373,7 @@ class JavaProcess(abc.ABC):
             f"-Drocketmq.home.dir={ROCKETMQ_HOME}",
             # 5.x reads its (shaded) logback config from this property; 4.x from ROCKETMQ_HOME/conf
             f"-Drmq.logback.configurationFile={ROCKETMQ_HOME / 'conf' / self.log_config}",
+            *self.jvm_props(),
             "-cp",
             classpath(self.version),
             self.main_class,
@@ -452,6 +457,8 @@ class BrokerSpec:
     cluster: str = "DefaultCluster"
     ha_master_address: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: more ``-Dkey=value`` JVM properties (e.g. ``rocketmq.acl.plain.file``)
+    jvm_props: list[str] = field(default_factory=list)
 
 
 class JavaBroker(JavaProcess):
@@ -463,6 +470,9 @@ class JavaBroker(JavaProcess):
     def __init__(self, ns: NetNS, version: str, root: Path, spec: BrokerSpec) -> None:
         super().__init__(ns, version, root, spec.listen_port)
         self.spec = spec
+
+    def jvm_props(self) -> list[str]:
+        return [f"-D{p}" for p in self.spec.jvm_props]
 
     @property
     def ha_address(self) -> str:

@@ -328,8 +328,8 @@ def _perm_ok(needed: int, owned: int) -> bool:
 def _describe(resource: str) -> str:
     """PlainAccessResource.printStr."""
     if resource.startswith(RETRY_PREFIX):
-        return f"[Group:{resource[len(RETRY_PREFIX) :]}]"
-    return f"[Topic:{resource}]"
+        return f"group:{resource[len(RETRY_PREFIX) :]}"
+    return f"topic:{resource}"
 
 
 # -- the validator ------------------------------------------------------------------------------
