@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import subprocess
 import sys
 import time
@@ -216,3 +217,45 @@ def test_consume_prints_bodies_a_java_producer_compressed(broker_factory, tmp_pa
         "--count", "2",
     )  # fmt: skip
     assert text.stdout.decode() == "plain text\n" + ORIGINAL.decode() + "\n"
+
+
+def test_client_commands_sign_for_an_acl_enabled_broker(broker_factory, tmp_path):
+    """aclEnable (docs/security.md): unsigned commands are refused in one line; --access-key
+    with the secret from HABROKER_SECRET_KEY signs them; the secret never reaches the output."""
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text(
+        "accounts:\n"
+        "- {accessKey: cliAdmin1, secretKey: cli-admin-secret, admin: true}\n"
+        "- {accessKey: cliWriter, secretKey: cli-writer-secret, defaultTopicPerm: PUB}\n"
+    )
+    srv = broker_factory(aclEnable=True, aclFile=str(acl))
+    ns = ("--namesrv", srv.address)
+    err = one_clear_line(run("topic", "create", "secured", *ns))
+    assert "No accessKey is configured" in err, err
+
+    def signed(key: str, secret: str, *args: str, stdin: bytes | None = None):
+        env = {**os.environ, "HABROKER_SECRET_KEY": secret}
+        return subprocess.run(
+            [sys.executable, "-m", "habroker", *args, "--access-key", key],
+            input=stdin, capture_output=True, timeout=60, env=env,
+        )  # fmt: skip
+
+    res = signed("cliAdmin1", "wrong-secret", "topic", "create", "secured", *ns)
+    assert res.returncode == 1 and b"Check signature failed" in res.stderr, res.stderr
+    res = signed("cliAdmin1", "cli-admin-secret", "topic", "create", "secured", *ns)
+    assert res.returncode == 0 and b"created topic secured" in res.stdout, res.stderr
+    res = signed("cliWriter", "cli-writer-secret", "topic", "create", "other", *ns)
+    assert res.returncode == 1 and b"Need admin permission" in res.stderr, res.stderr
+    res = signed("cliWriter", "cli-writer-secret", "produce", *ns, "--topic", "secured",
+                 stdin=b"a\nb\n")  # fmt: skip
+    assert res.returncode == 0 and b'"SEND_OK": 2' in res.stderr, res.stderr
+    for out in (res.stdout, res.stderr, srv.log_path.read_bytes()):
+        assert b"cli-writer-secret" not in out and b"cli-admin-secret" not in out
+
+
+def test_acl_enabled_without_a_file_does_not_start(broker_factory, tmp_path):
+    srv = broker_factory(start=False, aclEnable=True, aclFile=str(tmp_path / "none.yml"))
+    with pytest.raises(RuntimeError, match="exited"):
+        srv.start(timeout=15)
+    log = srv.log_path.read_text()
+    assert "cannot start: cannot read the ACL file" in log and "Traceback" not in log, log
