@@ -253,7 +253,9 @@ def test_a_white_listed_address_needs_no_signature(cluster: Cluster) -> None:
 
 def test_our_client_signs_as_the_java_hook_does(cluster: Cluster) -> None:
     """The signature our clients send, against AclClientRPCHook itself (through the jars)."""
-    fields = {"topic": "AclH", "queueId": "3", "é": "ü", "producerGroup": "g", "zz": ""}
+    # keys ordered as Java orders Strings: by UTF-16 code unit (U+1F600 before U+FF21)
+    fields = {"topic": "AclH", "queueId": "3", "é": "ü", "producerGroup": "g", "zz": "",
+              "\U0001f600": "smile", "\uff21": "fullwidth"}  # fmt: skip
     body = bytes(range(256)) + "héllo".encode()
     args = [f"--field={k}={v}" for k, v in fields.items()]
     events = run_driver(

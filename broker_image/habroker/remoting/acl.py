@@ -68,20 +68,34 @@ class AclError(Exception):
 
 
 # -- signature -----------------------------------------------------------------------------------
+def _java_order(item: tuple[str, str]) -> bytes:
+    """Java's String order (UTF-16 code units), which a TreeMap of the fields uses."""
+    return item[0].encode("utf-16-be")
+
+
+def _fields_text(ext_fields: Mapping[str, str], skip: tuple[str, ...]) -> bytes:
+    ordered = sorted(ext_fields.items(), key=_java_order)
+    return "".join(value for key, value in ordered if key not in skip).encode("utf-8")
+
+
 def request_content(ext_fields: Mapping[str, str], body: bytes | None) -> bytes:
-    """AclUtils.combineRequestContent: the values sorted by key (no Signature), then the body."""
-    text = "".join(
-        value
-        for key, value in sorted(ext_fields.items())
-        if key != SIGNATURE and key != UNIQUE_MSG_QUERY_FLAG
-    )
-    return text.encode("utf-8") + (body or b"")
+    """AclUtils.combineRequestContent as the broker builds it: the values ordered by key
+    (without Signature and _UNIQUE_KEY_QUERY), then the body."""
+    return _fields_text(ext_fields, (SIGNATURE, UNIQUE_MSG_QUERY_FLAG)) + (body or b"")
 
 
 def signature(content: bytes, secret_key: str) -> str:
     """AclSigner.calSignature: base64 of HMAC-SHA1 with the UTF-8 secret as key."""
     digest = hmac.new(secret_key.encode("utf-8"), content, hashlib.sha1).digest()
     return base64.b64encode(digest).decode("ascii")
+
+
+def _request_signature(ext_fields: Mapping[str, str], body: bytes, secret_key: str) -> str:
+    """:func:`signature` of :func:`request_content`, without copying the body (up to 4 MiB)."""
+    mac = hmac.new(secret_key.encode("utf-8"), digestmod=hashlib.sha1)
+    mac.update(_fields_text(ext_fields, (SIGNATURE, UNIQUE_MSG_QUERY_FLAG)))
+    mac.update(body)
+    return base64.b64encode(mac.digest()).decode("ascii")
 
 
 @dataclass(frozen=True)
@@ -102,7 +116,7 @@ def sign_request(request: RemotingCommand, credentials: SessionCredentials) -> N
     request.ext_fields.pop(SIGNATURE, None)
     # the client signs every field, _UNIQUE_KEY_QUERY included (the broker leaves it out; Java's
     # clients never send it with a signature either)
-    content = "".join(v for _, v in sorted(request.ext_fields.items())).encode("utf-8")
+    content = _fields_text(request.ext_fields, ())
     request.ext_fields[SIGNATURE] = signature(content + request.body_bytes, credentials.secret_key)
 
 
@@ -386,7 +400,7 @@ class PlainAccessValidator:
             raise AclError(f"No acl config for {access_key}")
         if account.white(host):
             return
-        expected = signature(request_content(ext, request.body_bytes), account.secret_key)
+        expected = _request_signature(ext, request.body_bytes, account.secret_key)
         if not hmac.compare_digest(expected, ext.get(SIGNATURE, "")):
             raise AclError(f"Check signature failed for accessKey={access_key}")
         if needs.get(TRACE_TOPIC) == PUB:
