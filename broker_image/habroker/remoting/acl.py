@@ -346,6 +346,12 @@ def _describe(resource: str) -> str:
     return f"topic:{resource}"
 
 
+def _loggable(text: str, limit: int = 300) -> str:
+    """The peer's text (an accessKey) for one log line: control characters escaped, cut short."""
+    safe = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[: limit + 1])
+    return safe if len(text) <= limit else safe[:limit] + "..."
+
+
 # -- the validator ------------------------------------------------------------------------------
 class PlainAccessValidator:
     """The plain_acl.yml at ``path``, re-read when its size or mtime changes."""
@@ -401,7 +407,8 @@ class PlainAccessValidator:
         if account.white(host):
             return
         expected = _request_signature(ext, request.body_bytes, account.secret_key)
-        if not hmac.compare_digest(expected, ext.get(SIGNATURE, "")):
+        given = ext.get(SIGNATURE, "").encode("utf-8", "replace")  # the peer's text: any str
+        if not hmac.compare_digest(expected.encode("ascii"), given):
             raise AclError(f"Check signature failed for accessKey={access_key}")
         if needs.get(TRACE_TOPIC) == PUB:
             return
@@ -428,6 +435,9 @@ class PlainAccessValidator:
         except AclError as exc:
             self.refused += 1
             log.warning(
-                "ACL refused %s from %s: %s", code_name(request.code), channel.remote_address, exc
+                "ACL refused %s from %s: %s",
+                code_name(request.code),
+                channel.remote_address,
+                _loggable(str(exc)),
             )
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"{EXCEPTION}: {exc}") from None

@@ -216,3 +216,28 @@ async def test_the_server_refuses_before_the_processor(tmp_path: Path) -> None:
     finally:
         await server.stop()
     await asyncio.sleep(0)
+
+
+def test_a_non_ascii_signature_is_a_refusal_not_a_crash(validator: PlainAccessValidator) -> None:
+    request = signed(RequestCode.SEND_MESSAGE_V2, {"a": "g", "b": "orders"})
+    request.ext_fields["Signature"] = "é" * 28
+    assert refusal(validator, request) == "Check signature failed for accessKey=userKey01"
+
+
+def test_the_refusal_log_line_cannot_be_forged(
+    validator: PlainAccessValidator, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The accessKey is the peer's text: control characters are escaped and it is cut short,
+    so a peer cannot write lines of its own into the broker log."""
+
+    class Peer:
+        remote_address = PEER
+
+    request = RemotingCommand.request(
+        RequestCode.GET_MAX_OFFSET,
+        {"AccessKey": "x\nFAKE habroker: master demoted" + "y" * 5000, "Signature": "s"},
+    )
+    with pytest.raises(Exception, match="No acl config"):
+        validator.check(request, Peer())  # type: ignore[arg-type]
+    lines = [r.getMessage() for r in caplog.records if "ACL refused" in r.getMessage()]
+    assert len(lines) == 1 and "\n" not in lines[0] and len(lines[0]) < 600, lines
