@@ -310,7 +310,10 @@ def needed_perms(request: RemotingCommand) -> dict[str, int]:
     elif code == RequestCode.HEART_BEAT:
         for consumer in _heartbeat_consumers(request.body_bytes):
             add(_retry(str(consumer.get("groupName") or "")), SUB)
-            for sub in consumer.get("subscriptionDataSet") or []:
+            subscriptions = consumer.get("subscriptionDataSet") or []
+            if not isinstance(subscriptions, list):
+                raise AclError("heartbeat body: subscriptionDataSet is not a list")
+            for sub in subscriptions:
                 if isinstance(sub, dict):
                     add(str(sub.get("topic") or ""), SUB)
     elif code in (RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP):
@@ -327,6 +330,8 @@ def _heartbeat_consumers(body: bytes) -> list[dict[str, Any]]:
     except (ValueError, UnicodeDecodeError) as exc:
         raise AclError(f"heartbeat body: {exc}") from None
     consumers = data.get("consumerDataSet") if isinstance(data, dict) else None
+    if not isinstance(consumers or [], list):
+        raise AclError("heartbeat body: consumerDataSet is not a list")
     return [c for c in consumers or [] if isinstance(c, dict)]
 
 

@@ -241,3 +241,22 @@ def test_the_refusal_log_line_cannot_be_forged(
         validator.check(request, Peer())  # type: ignore[arg-type]
     lines = [r.getMessage() for r in caplog.records if "ACL refused" in r.getMessage()]
     assert len(lines) == 1 and "\n" not in lines[0] and len(lines[0]) < 600, lines
+
+
+@pytest.mark.parametrize(
+    "heartbeat",
+    [
+        {"consumerDataSet": 5},
+        {"consumerDataSet": [{"groupName": "g", "subscriptionDataSet": 7}]},
+        {"consumerDataSet": [{"groupName": "g", "subscriptionDataSet": [{"topic": 3}]}]},
+        [1, 2],
+    ],
+)
+def test_a_malformed_heartbeat_is_a_refusal_not_a_crash(
+    validator: PlainAccessValidator, heartbeat: object
+) -> None:
+    request = signed(RequestCode.HEART_BEAT, {}, json.dumps(heartbeat).encode())
+    try:
+        validator.validate(request, PEER)
+    except AclError as exc:
+        assert "heartbeat body" in str(exc) or "permission" in str(exc)
