@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 Answer: TypeAlias = RemotingCommand | None
 Processor: TypeAlias = Callable[[RemotingCommand, Channel], Answer | Awaitable[Answer]]
-#: a check every request with a processor passes first (RocketMQ's server RPC hook); it raises
+#: a check every request passes first (RocketMQ's server RPC hook); it raises
 #: :class:`RequestRefused` to refuse (the ACL: :mod:`habroker.remoting.acl`)
 RequestCheck: TypeAlias = Callable[[RemotingCommand, Channel], None]
 
@@ -87,6 +87,14 @@ class RemotingServer:
     # -- dispatch ----------------------------------------------------------------------
     def dispatch(self, channel: Channel, request: RemotingCommand) -> None:
         self.requests += 1
+        if self.request_check is not None:
+            # every request, known code or not: a Java broker's default processor takes unknown
+            # codes, so its RPC hook sees them too (and an unsigned peer learns nothing)
+            try:
+                self.request_check(request, channel)
+            except Exception as exc:
+                self._answer(channel, request, self._failure(request, exc))
+                return
         processor = self.processors.get(request.code)
         if processor is None:
             self._answer(
@@ -100,8 +108,6 @@ class RemotingServer:
             )
             return
         try:
-            if self.request_check is not None:
-                self.request_check(request, channel)
             result = processor(request, channel)
         except Exception as exc:
             self._answer(channel, request, self._failure(request, exc))

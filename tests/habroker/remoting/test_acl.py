@@ -208,11 +208,16 @@ async def test_the_server_refuses_before_the_processor(tmp_path: Path) -> None:
             "org.apache.rocketmq.acl.common.AclException: No accessKey is configured"
         )
         assert calls == []
+        async with RemotingClient(timeout=5) as plain:  # an unknown code: checked first too
+            answer = await plain.invoke(address, 9999, header)
+        assert answer.code == ResponseCode.SYSTEM_ERROR, answer
         async with RemotingClient(timeout=5, rpc_hook=rpc_hook(USER)) as client:
             answer = await client.invoke(address, RequestCode.GET_MAX_OFFSET, header)
-        assert answer.code == ResponseCode.SUCCESS, answer
+            assert answer.code == ResponseCode.SUCCESS, answer
+            answer = await client.invoke(address, 9999, header)
+            assert answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED, answer
         assert calls == [RequestCode.GET_MAX_OFFSET]
-        assert validator.refused == 1
+        assert validator.refused == 2
     finally:
         await server.stop()
     await asyncio.sleep(0)
