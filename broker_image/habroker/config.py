@@ -62,7 +62,7 @@ def _default_store_root() -> str:
 
 
 #: keys whose values are secrets: shown as ``******`` by GET_BROKER_CONFIG and GET /v1/config
-SECRET_KEYS = frozenset({"tls.server.keyPassword"})
+SECRET_KEYS = frozenset({"tls.server.keyPassword", "tls.client.keyPassword"})
 
 
 @dataclass
@@ -169,6 +169,17 @@ class BrokerConfig:
         default=ClientAuth.NONE, metadata={"key": "tls.server.need.client.auth"}
     )
     tlsServerTrustCertPath: str = field(default="", metadata={"key": "tls.server.trustCertPath"})
+    # the broker's own connections to other client ports (a slave's metadata copy from its
+    # master, registration with name servers, the epoch check), as RocketMQ's BrokerOuterAPI:
+    # tls.enable speaks TLS; the server's certificate is verified only with
+    # tls.test.mode.enable=false and tls.client.authServer=true (RocketMQ's defaults: not)
+    tlsEnable: bool = field(default=False, metadata={"key": "tls.enable"})
+    tlsTestModeEnable: bool = field(default=True, metadata={"key": "tls.test.mode.enable"})
+    tlsClientAuthServer: bool = field(default=False, metadata={"key": "tls.client.authServer"})
+    tlsClientTrustCertPath: str = field(default="", metadata={"key": "tls.client.trustCertPath"})
+    tlsClientCertPath: str = field(default="", metadata={"key": "tls.client.certPath"})
+    tlsClientKeyPath: str = field(default="", metadata={"key": "tls.client.keyPath"})
+    tlsClientKeyPassword: str = field(default="", metadata={"key": "tls.client.keyPassword"})
     #: RocketMQ keys given that habroker accepts but does not implement, as written
     unimplemented: dict[str, str] = field(
         default_factory=dict, init=False, repr=False, compare=False

@@ -7,10 +7,8 @@
 from __future__ import annotations
 
 import logging
-import ssl
 
 from habroker.broker import BrokerController
-from habroker.config import BrokerConfig, ConfigError
 from habroker.processor.admin_broker import AdminBrokerProcessor
 from habroker.processor.client_manage import ClientManageProcessor
 from habroker.processor.client_manager import ConsumerManager, ProducerManager
@@ -19,7 +17,7 @@ from habroker.processor.pull_message import PullMessageProcessor
 from habroker.processor.send_message import SendMessageProcessor
 from habroker.processor.send_msg_back import ConsumerSendMsgBackProcessor
 from habroker.remoting.server import RemotingServer
-from habroker.remoting.tls import TlsMode, TlsSetupError, server_context
+from habroker.tls_config import server_tls
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +28,7 @@ class BrokerRemoting:
         self.server = RemotingServer(
             name=f"broker {broker.config.brokerName}",
             tls_mode=broker.config.tlsServerMode,
-            tls_context=tls_server_context(broker.config),
+            tls_context=server_tls(broker.config),
         )
         self.consumers = ConsumerManager()
         self.producers = ProducerManager()
@@ -61,28 +59,3 @@ class BrokerRemoting:
     async def stop(self) -> None:
         await self.client_manage.stop()
         await self.server.stop()
-
-
-def tls_server_context(config: BrokerConfig) -> ssl.SSLContext | None:
-    """The remoting listeners' TLS context from the ``tls.server.*`` keys (None when disabled);
-    a file that cannot be used is a ConfigError naming it. Read once: a renewed certificate
-    takes effect at the next start."""
-    if config.tlsServerMode is TlsMode.DISABLED:
-        return None
-    try:
-        context = server_context(
-            config.tlsServerCertPath,
-            config.tlsServerKeyPath,
-            key_password=config.tlsServerKeyPassword or None,
-            client_auth=config.tlsServerNeedClientAuth,
-            trust_cert_path=config.tlsServerTrustCertPath or None,
-        )
-    except TlsSetupError as exc:
-        raise ConfigError(f"tls.server.*: {exc}") from None
-    log.info(
-        "remoting listeners: tls.server.mode=%s, certificate %s, client auth %s",
-        config.tlsServerMode.value,
-        config.tlsServerCertPath,
-        config.tlsServerNeedClientAuth.value,
-    )
-    return context

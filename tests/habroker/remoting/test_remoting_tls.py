@@ -6,18 +6,20 @@ The real Java client against the same broker is tests/interop/test_habroker_java
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import ssl
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from habroker.client import MQAdmin, MQClientError
 from habroker.config import BrokerConfig, ConfigError
-from habroker.local import LocalBroker
+from habroker.local import LocalBroker, LocalGroup
 from habroker.remoting import RemotingCommand, RequestCode
 from habroker.remoting.tls import client_context
 
@@ -239,3 +241,46 @@ def test_disabled_is_plain_only(broker_factory: BrokerFactory, certs: Certs) -> 
     failed_in_one_line(res)
     res = cli("topic", "list", "--namesrv", srv.address)
     assert res.returncode == 0, res.stderr
+
+
+# -- the broker's own connections (tls.enable) -----------------------------------------------
+
+
+async def test_slave_copies_metadata_from_an_enforcing_master_with_tls_enable(
+    group_factory: Callable[..., LocalGroup], certs: Certs
+) -> None:
+    """A slave copies topics through its master's client port: with tls.server.mode=enforcing
+    on the master, the slave needs tls.enable (and verifies the master with our CA)."""
+    group = group_factory(
+        mode="SYNC",
+        metaSyncInterval=500,
+        **tls_keys("enforcing", certs.server),
+        **{
+            "tls.enable": "true",
+            "tls.test.mode.enable": "false",
+            "tls.client.authServer": "true",
+            "tls.client.trustCertPath": str(certs.ca.cert),
+        },
+    )
+    master, slave = group.master, group.slaves[0]
+    async with MQAdmin(master.address, tls=client_context(ca_path=str(certs.ca.cert))) as admin:
+        await admin.create_topic("copied", 2, broker_addr=master.address)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        _, topics = slave.request("GET", "/v1/topics")
+        if "copied" in topics["topicConfigTable"]:
+            break
+        await asyncio.sleep(0.2)
+    else:
+        raise AssertionError(f"the slave never copied the topic; log:\n{slave.tail_log()}")
+    assert "closing plain connection" not in master.tail_log(500)
+
+
+def test_tls_enable_with_a_ca_that_cannot_be_read_stops_startup(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text(
+        f"storePathRootDir={tmp_path}\ntls.enable=true\ntls.test.mode.enable=false\n"
+        "tls.client.authServer=true\ntls.client.trustCertPath=/nonexistent-ca.pem\n"
+    )
+    res = cli("serve", "--config", str(conf))
+    assert res.returncode == 2 and "/nonexistent-ca.pem" in res.stderr, res.stderr
