@@ -69,9 +69,6 @@ class RemotingServer:
         self._tasks: set[asyncio.Task[None]] = set()
         self.requests = 0
         self.errors = 0
-        #: connections by how they were served: "plain", "tls", "refused" (plain under
-        #: enforcing), "handshake_failed"
-        self.connections: dict[str, int] = {}
 
     def register(self, code: int, processor: Processor) -> None:
         self.processors[int(code)] = processor
@@ -138,16 +135,12 @@ class RemotingServer:
                         ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT,
                     )
                 except (OSError, TimeoutError) as exc:
-                    self._count("handshake_failed")
                     log.warning("%s: TLS handshake with %s failed: %s", self.name, peer, exc)
                     return
-                self._count("tls")
             elif self.tls_mode is TlsMode.PERMISSIVE:
                 served = True
                 await loop.connect_accepted_socket(self._new_channel, conn)
-                self._count("plain")
             else:
-                self._count("refused")
                 log.warning(
                     "%s: closing plain connection from %s: tls.server.mode=enforcing accepts "
                     "TLS only (the client needs -Dtls.enable=true)",
@@ -159,9 +152,6 @@ class RemotingServer:
             if not served:
                 with contextlib.suppress(OSError):
                     conn.close()
-
-    def _count(self, kind: str) -> None:
-        self.connections[kind] = self.connections.get(kind, 0) + 1
 
     async def stop(self) -> None:
         for acceptor in self._acceptors:
