@@ -21,6 +21,7 @@ from habroker.client import MQAdmin, MQClientError
 from habroker.config import BrokerConfig, ConfigError
 from habroker.local import LocalBroker, LocalGroup
 from habroker.remoting import RemotingCommand, RequestCode
+from habroker.remoting.client import RemotingClient
 from habroker.remoting.tls import client_context
 
 from tests.tls_certs import CertAuthority, Issued
@@ -191,8 +192,9 @@ async def test_python_client_over_tls_and_client_certificates(
     srv = broker_factory(
         **tls_keys(
             "enforcing",
-            certs.server,
+            certs.locked,
             **{
+                "tls.server.keyPassword": "s3cret",
                 "tls.server.need.client.auth": "require",
                 "tls.server.trustCertPath": str(certs.ca.cert),
             },
@@ -202,6 +204,11 @@ async def test_python_client_over_tls_and_client_certificates(
         ca_path=str(certs.ca.cert), cert_path=str(certs.client.cert), key_path=str(certs.client.key)
     )
     assert await cluster_brokers(srv.address, with_cert) == ["broker-a"]
+    # GET_BROKER_CONFIG (mqadmin getBrokerConfig) does not show the key's password
+    async with RemotingClient(tls=with_cert) as client:
+        answer = await client.call(srv.address, RequestCode.GET_BROKER_CONFIG)
+    text = answer.body_bytes.decode()
+    assert "tls.server.keyPassword=******" in text and "s3cret" not in text, text
     # no client certificate: the broker ends the handshake
     with pytest.raises(MQClientError):
         await cluster_brokers(srv.address, client_context(ca_path=str(certs.ca.cert)))
