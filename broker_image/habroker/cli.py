@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import signal
+import ssl
 import sys
 import time
 from collections.abc import Coroutine, Iterator
@@ -73,8 +74,12 @@ async def _serve(config: BrokerConfig) -> int:
     log = logging.getLogger("habroker")
     try:
         startup = BrokerStartup(config)
+    except ConfigError as exc:  # a TLS certificate or an admin token file that cannot be read
+        log.error("configuration error: %s", exc)
+        return 2
+    try:
         await startup.start()
-    except (OSError, StoreError, ConfigError) as exc:
+    except (OSError, StoreError) as exc:
         # a port in use, a store another broker holds, a damaged store file: the message
         # names what and how to fix it; a traceback would add nothing
         log.error("cannot start: %s", exc)
@@ -177,7 +182,7 @@ async def _produce(args: argparse.Namespace) -> int:
             statuses[res.status.value] = statuses.get(res.status.value, 0) + res.count
             progress.update(res.count, sum(len(b) for b in batch))
 
-    async with MQProducer(args.namesrv, args.group) as producer:
+    async with MQProducer(args.namesrv, args.group, tls=_tls(args)) as producer:
         await producer.instance.routes.get(args.topic)  # a missing topic fails here, once
         workers = [asyncio.create_task(worker(producer)) for _ in range(args.producers)]
         batch: list[bytes] = []
@@ -235,7 +240,11 @@ async def _consume(args: argparse.Namespace) -> int:
     seen = 0
     out = sys.stdout
     async with MQPullConsumer(
-        args.namesrv, args.group, pull_batch_size=args.max, long_polling_timeout=args.long_poll
+        args.namesrv,
+        args.group,
+        pull_batch_size=args.max,
+        long_polling_timeout=args.long_poll,
+        tls=_tls(args),
     ) as consumer:
         queues = await consumer.fetch_message_queues(args.topic)
         if args.queue_id is not None:
@@ -374,7 +383,7 @@ def cmd_topic(args: argparse.Namespace) -> int:
 async def _topic(args: argparse.Namespace) -> int:
     from habroker.client import MQAdmin
 
-    async with MQAdmin(args.namesrv) as admin:
+    async with MQAdmin(args.namesrv, tls=_tls(args)) as admin:
         if args.action == "create":
             where = await admin.create_topic(
                 args.name, args.queues, cluster=args.cluster, broker_addr=args.broker_addr
@@ -413,7 +422,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
 async def _cluster(args: argparse.Namespace) -> int:
     from habroker.client import MQAdmin
 
-    async with MQAdmin(args.namesrv) as admin:
+    async with MQAdmin(args.namesrv, tls=_tls(args)) as admin:
         info = await admin.cluster_info()
         for cluster, names in sorted(info.clusters.items()):
             for name in names:
@@ -430,7 +439,7 @@ def cmd_consumer(args: argparse.Namespace) -> int:
 async def _consumer_progress(args: argparse.Namespace) -> int:
     from habroker.client import MQAdmin
 
-    async with MQAdmin(args.namesrv) as admin:
+    async with MQAdmin(args.namesrv, tls=_tls(args)) as admin:
         rows = await admin.consumer_progress(args.group, args.topic)
     if args.json:
         print(
@@ -469,7 +478,7 @@ async def _offset_reset(args: argparse.Namespace) -> int:
     from habroker.client import MQAdmin
 
     to: str | int = args.to if args.to in ("earliest", "latest") else parse_time(args.to)
-    async with MQAdmin(args.namesrv) as admin:
+    async with MQAdmin(args.namesrv, tls=_tls(args)) as admin:
         rows = await admin.reset_offsets(args.group, args.topic, to)
     for r in rows:
         mq = r.message_queue
@@ -494,7 +503,7 @@ def cmd_message(args: argparse.Namespace) -> int:
 async def _message_view(args: argparse.Namespace) -> int:
     from habroker.client import MQAdmin
 
-    async with MQAdmin(args.namesrv) as admin:
+    async with MQAdmin(args.namesrv, tls=_tls(args)) as admin:
         m = await admin.view_message(args.id)
     if args.json:
         print(json.dumps({k: v for k, v in _message_json(m, 0).items() if k != "brokerId"}))
@@ -529,6 +538,48 @@ def _namesrv(p: argparse.ArgumentParser) -> None:
         help="name server(s): any broker of the group (its listenPort) or a RocketMQ name "
         "server (env HABROKER_NAMESRV; default %(default)s)",
     )
+    tls = p.add_argument_group("TLS (brokers with tls.server.mode permissive or enforcing)")
+    tls.add_argument(
+        "--tls",
+        action="store_true",
+        default=os.environ.get("HABROKER_TLS", "").lower() == "true",
+        help="speak TLS to name servers and brokers, like a Java client with -Dtls.enable=true "
+        "(env HABROKER_TLS=true)",
+    )
+    tls.add_argument(
+        "--tls-ca",
+        metavar="PEM",
+        default=os.environ.get("HABROKER_TLS_CA") or None,
+        help="CA certificates the brokers' certificates must lead to; implies --tls (env "
+        "HABROKER_TLS_CA; default the system's CAs)",
+    )
+    tls.add_argument(
+        "--tls-no-verify",
+        action="store_true",
+        help="encrypt but believe any certificate (RocketMQ's tls.test.mode.enable); for tests",
+    )
+    tls.add_argument(
+        "--tls-check-hostname",
+        action="store_true",
+        help="also require the certificate to name the address connected to (off by default, "
+        "as in RocketMQ's Java client: routes name brokers by IP address)",
+    )
+
+
+def _tls(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The client TLS context the command-line options ask for (None: plain)."""
+    if not (args.tls or args.tls_ca or args.tls_no_verify):
+        return None
+    from habroker.remoting.tls import TlsSetupError, client_context
+
+    try:
+        return client_context(
+            ca_path=args.tls_ca,
+            verify=not args.tls_no_verify,
+            check_hostname=args.tls_check_hostname,
+        )
+    except TlsSetupError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:

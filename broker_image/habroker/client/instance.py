@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import socket
+import ssl
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -103,10 +104,11 @@ class ClientInstance:
         heartbeat_interval: float = HEARTBEAT_INTERVAL,
         serialize_type: SerializeType = SerializeType.JSON,
         instance_name: str | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.timeout = timeout
         self.remoting = RemotingClient(
-            timeout=timeout, serialize_type=serialize_type, dispatcher=_ClientRequests()
+            timeout=timeout, serialize_type=serialize_type, dispatcher=_ClientRequests(), tls=tls
         )
         self.routes = TopicRouteCache(self.remoting, namesrv_addr, ttl=route_ttl, timeout=timeout)
         name = instance_name or f"{os.getpid()}#{time.time_ns()}"
