@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import signal
+import ssl
 import sys
 import time
 from collections.abc import Coroutine, Iterator
@@ -74,8 +75,12 @@ async def _serve(config: BrokerConfig) -> int:
     log = logging.getLogger("habroker")
     try:
         startup = BrokerStartup(config)
+    except (ConfigError, AclError) as exc:  # a TLS certificate, an admin token or ACL file
+        log.error("configuration error: %s", exc)
+        return 2
+    try:
         await startup.start()
-    except (OSError, StoreError, ConfigError, AclError) as exc:
+    except (OSError, StoreError) as exc:
         # a port in use, a store another broker holds, a damaged store file: the message
         # names what and how to fix it; a traceback would add nothing
         log.error("cannot start: %s", exc)
@@ -178,7 +183,9 @@ async def _produce(args: argparse.Namespace) -> int:
             statuses[res.status.value] = statuses.get(res.status.value, 0) + res.count
             progress.update(res.count, sum(len(b) for b in batch))
 
-    async with MQProducer(args.namesrv, args.group, credentials=_credentials(args)) as producer:
+    async with MQProducer(
+        args.namesrv, args.group, credentials=_credentials(args), tls=_tls(args)
+    ) as producer:
         await producer.instance.routes.get(args.topic)  # a missing topic fails here, once
         workers = [asyncio.create_task(worker(producer)) for _ in range(args.producers)]
         batch: list[bytes] = []
@@ -241,6 +248,7 @@ async def _consume(args: argparse.Namespace) -> int:
         pull_batch_size=args.max,
         long_polling_timeout=args.long_poll,
         credentials=_credentials(args),
+        tls=_tls(args),
     ) as consumer:
         queues = await consumer.fetch_message_queues(args.topic)
         if args.queue_id is not None:
@@ -379,7 +387,7 @@ def cmd_topic(args: argparse.Namespace) -> int:
 async def _topic(args: argparse.Namespace) -> int:
     from habroker.client import MQAdmin
 
-    async with MQAdmin(args.namesrv, credentials=_credentials(args)) as admin:
+    async with MQAdmin(args.namesrv, credentials=_credentials(args), tls=_tls(args)) as admin:
         if args.action == "create":
             where = await admin.create_topic(
                 args.name, args.queues, cluster=args.cluster, broker_addr=args.broker_addr
@@ -418,7 +426,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
 async def _cluster(args: argparse.Namespace) -> int:
     from habroker.client import MQAdmin
 
-    async with MQAdmin(args.namesrv, credentials=_credentials(args)) as admin:
+    async with MQAdmin(args.namesrv, credentials=_credentials(args), tls=_tls(args)) as admin:
         info = await admin.cluster_info()
         for cluster, names in sorted(info.clusters.items()):
             for name in names:
@@ -435,7 +443,7 @@ def cmd_consumer(args: argparse.Namespace) -> int:
 async def _consumer_progress(args: argparse.Namespace) -> int:
     from habroker.client import MQAdmin
 
-    async with MQAdmin(args.namesrv, credentials=_credentials(args)) as admin:
+    async with MQAdmin(args.namesrv, credentials=_credentials(args), tls=_tls(args)) as admin:
         rows = await admin.consumer_progress(args.group, args.topic)
     if args.json:
         print(
@@ -474,7 +482,7 @@ async def _offset_reset(args: argparse.Namespace) -> int:
     from habroker.client import MQAdmin
 
     to: str | int = args.to if args.to in ("earliest", "latest") else parse_time(args.to)
-    async with MQAdmin(args.namesrv, credentials=_credentials(args)) as admin:
+    async with MQAdmin(args.namesrv, credentials=_credentials(args), tls=_tls(args)) as admin:
         rows = await admin.reset_offsets(args.group, args.topic, to)
     for r in rows:
         mq = r.message_queue
@@ -499,7 +507,7 @@ def cmd_message(args: argparse.Namespace) -> int:
 async def _message_view(args: argparse.Namespace) -> int:
     from habroker.client import MQAdmin
 
-    async with MQAdmin(args.namesrv, credentials=_credentials(args)) as admin:
+    async with MQAdmin(args.namesrv, credentials=_credentials(args), tls=_tls(args)) as admin:
         m = await admin.view_message(args.id)
     if args.json:
         print(json.dumps({k: v for k, v in _message_json(m, 0).items() if k != "brokerId"}))
@@ -534,7 +542,8 @@ def _namesrv(p: argparse.ArgumentParser) -> None:
         help="name server(s): any broker of the group (its listenPort) or a RocketMQ name "
         "server (env HABROKER_NAMESRV; default %(default)s)",
     )
-    p.add_argument(
+    acl = p.add_argument_group("ACL (brokers with aclEnable: RocketMQ ACL 1.0)")
+    acl.add_argument(
         "--access-key",
         default=os.environ.get("HABROKER_ACCESS_KEY", ""),
         metavar="AK",
@@ -542,13 +551,55 @@ def _namesrv(p: argparse.ArgumentParser) -> None:
         "with this accessKey (env HABROKER_ACCESS_KEY); the secret comes from env "
         "HABROKER_SECRET_KEY or --secret-key",
     )
-    p.add_argument(
+    acl.add_argument(
         "--secret-key",
         default=os.environ.get("HABROKER_SECRET_KEY", ""),
         metavar="SK",
         help="the accessKey's secretKey (prefer env HABROKER_SECRET_KEY: a command line is "
         "visible to other users)",
     )
+    tls = p.add_argument_group("TLS (brokers with tls.server.mode permissive or enforcing)")
+    tls.add_argument(
+        "--tls",
+        action="store_true",
+        default=os.environ.get("HABROKER_TLS", "").lower() == "true",
+        help="speak TLS to name servers and brokers, like a Java client with -Dtls.enable=true "
+        "(env HABROKER_TLS=true)",
+    )
+    tls.add_argument(
+        "--tls-ca",
+        metavar="PEM",
+        default=os.environ.get("HABROKER_TLS_CA") or None,
+        help="CA certificates the brokers' certificates must lead to; implies --tls (env "
+        "HABROKER_TLS_CA; default the system's CAs)",
+    )
+    tls.add_argument(
+        "--tls-no-verify",
+        action="store_true",
+        help="encrypt but believe any certificate (RocketMQ's tls.test.mode.enable); for tests",
+    )
+    tls.add_argument(
+        "--tls-check-hostname",
+        action="store_true",
+        help="also require the certificate to name the address connected to (off by default, "
+        "as in RocketMQ's Java client: routes name brokers by IP address)",
+    )
+
+
+def _tls(args: argparse.Namespace) -> ssl.SSLContext | None:
+    """The client TLS context the command-line options ask for (None: plain)."""
+    if not (args.tls or args.tls_ca or args.tls_no_verify):
+        return None
+    from habroker.remoting.tls import TlsSetupError, client_context
+
+    try:
+        return client_context(
+            ca_path=args.tls_ca,
+            verify=not args.tls_no_verify,
+            check_hostname=args.tls_check_hostname,
+        )
+    except TlsSetupError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def _credentials(args: argparse.Namespace) -> SessionCredentials | None:

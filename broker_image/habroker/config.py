@@ -25,6 +25,7 @@ from typing import Any, ClassVar, get_type_hints
 
 from jproperties import ParseError, Properties
 
+from habroker.remoting.tls import ClientAuth, TlsMode
 from habroker.rocketmq_keys import LEGACY_KEYS, ROCKETMQ_KEYS
 
 ENV_PREFIX = "HABROKER_"
@@ -58,6 +59,10 @@ _DELAY_TOKEN = re.compile(r"^([0-9]{1,12})([smhd])$")
 
 def _default_store_root() -> str:
     return str(Path.home() / "store")
+
+
+#: keys whose values are secrets: shown as ``******`` by GET_BROKER_CONFIG and GET /v1/config
+SECRET_KEYS = frozenset({"tls.server.keyPassword", "tls.client.keyPassword"})
 
 
 @dataclass
@@ -156,6 +161,33 @@ class BrokerConfig:
     aclFile: str = ""
     # metadata sync (slave)
     metaSyncInterval: int = 10000  # habroker: RocketMQ hard-codes 10 s
+    # Keys with RocketMQ's dotted names (no Python identifier can spell them): the field is named
+    # in camelCase, metadata["key"] is the key files, the environment and the APIs use.
+    # TLS on the remoting listeners (listenPort, fastListenPort, externalListenPort), with the
+    # names of RocketMQ's TlsSystemConfig (Java reads them as system properties or from
+    # tls.config.file). Default disabled, not RocketMQ's permissive: without a certificate
+    # habroker stays plain. Files are read at startup only (docs/security.md).
+    tlsServerMode: TlsMode = field(default=TlsMode.DISABLED, metadata={"key": "tls.server.mode"})
+    # PEM certificate chain, PEM private key (and its password, if encrypted)
+    tlsServerCertPath: str = field(default="", metadata={"key": "tls.server.certPath"})
+    tlsServerKeyPath: str = field(default="", metadata={"key": "tls.server.keyPath"})
+    tlsServerKeyPassword: str = field(default="", metadata={"key": "tls.server.keyPassword"})
+    # none|optional|require, and the PEM CA certificates client certificates are checked against
+    tlsServerNeedClientAuth: ClientAuth = field(
+        default=ClientAuth.NONE, metadata={"key": "tls.server.need.client.auth"}
+    )
+    tlsServerTrustCertPath: str = field(default="", metadata={"key": "tls.server.trustCertPath"})
+    # the broker's own connections to other client ports (a slave's metadata copy from its
+    # master, registration with name servers, the epoch check), as RocketMQ's BrokerOuterAPI:
+    # tls.enable speaks TLS; the server's certificate is verified only with
+    # tls.test.mode.enable=false and tls.client.authServer=true (RocketMQ's defaults: not)
+    tlsEnable: bool = field(default=False, metadata={"key": "tls.enable"})
+    tlsTestModeEnable: bool = field(default=True, metadata={"key": "tls.test.mode.enable"})
+    tlsClientAuthServer: bool = field(default=False, metadata={"key": "tls.client.authServer"})
+    tlsClientTrustCertPath: str = field(default="", metadata={"key": "tls.client.trustCertPath"})
+    tlsClientCertPath: str = field(default="", metadata={"key": "tls.client.certPath"})
+    tlsClientKeyPath: str = field(default="", metadata={"key": "tls.client.keyPath"})
+    tlsClientKeyPassword: str = field(default="", metadata={"key": "tls.client.keyPassword"})
     #: RocketMQ keys given that habroker accepts but does not implement, as written
     unimplemented: dict[str, str] = field(
         default_factory=dict, init=False, repr=False, compare=False
@@ -302,6 +334,25 @@ class BrokerConfig:
             parse_host_port(self.masterAddress, key="masterAddress")
         if self.enableDLegerCommitLog:
             self._validate_dledger()
+        self._validate_tls()
+
+    def _validate_tls(self) -> None:
+        if self.tlsServerMode is not TlsMode.DISABLED:
+            for key, value in (
+                ("tls.server.certPath", self.tlsServerCertPath),
+                ("tls.server.keyPath", self.tlsServerKeyPath),
+            ):
+                if not value:
+                    raise ConfigError(
+                        f"{key}: required when tls.server.mode={self.tlsServerMode.value} "
+                        "(a PEM file; see docs/security.md)"
+                    )
+        if self.tlsServerNeedClientAuth is not ClientAuth.NONE and not self.tlsServerTrustCertPath:
+            raise ConfigError(
+                "tls.server.trustCertPath: required when tls.server.need.client.auth="
+                f"{self.tlsServerNeedClientAuth.value} (the CA certificates client "
+                "certificates are checked against)"
+            )
 
     def _validate_dledger(self) -> None:
         if not self.dLegerSelfId:
@@ -355,7 +406,13 @@ class BrokerConfig:
     # -- construction --------------------------------------------------------------------
     @classmethod
     def keys(cls) -> list[str]:
-        return [f.name for f in fields(cls) if f.init]
+        """The key names files, the environment and the APIs use (RocketMQ's spelling)."""
+        return [f.metadata.get("key", f.name) for f in fields(cls) if f.init]
+
+    @classmethod
+    def field_names(cls) -> dict[str, str]:
+        """key -> dataclass field name (they differ only for dotted keys)."""
+        return {f.metadata.get("key", f.name): f.name for f in fields(cls) if f.init}
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, str], source: str = "config") -> BrokerConfig:
@@ -365,12 +422,13 @@ class BrokerConfig:
         for unimplemented keys: a value Java would silently drop is a mistake worth naming).
         """
         hints = get_type_hints(cls)
-        known = set(cls.keys())
+        names = cls.field_names()
+        known = set(names)
         kwargs: dict[str, Any] = {}
         unimplemented: dict[str, str] = {}
         for key, raw in values.items():
             if key in known:
-                kwargs[key] = coerce(key, raw, hints[key], source)
+                kwargs[names[key]] = coerce(key, raw, hints[names[key]], source)
             elif key in ROCKETMQ_KEYS or key in LEGACY_KEYS:
                 _check_rocketmq_value(key, raw, source)
                 unimplemented[key] = raw
@@ -422,8 +480,15 @@ class BrokerConfig:
         new.unimplemented = dict(self.unimplemented)
         return new
 
-    def to_properties(self) -> dict[str, str]:
-        return {k: _to_text(getattr(self, k)) for k in self.keys()}
+    def to_properties(self, *, reveal_secrets: bool = False) -> dict[str, str]:
+        """Every key with its value as text; secrets (:data:`SECRET_KEYS`) that are set show as
+        ``******`` unless ``reveal_secrets``."""
+        props = {k: _to_text(getattr(self, name)) for k, name in self.field_names().items()}
+        if not reveal_secrets:
+            for key in SECRET_KEYS:
+                if props.get(key):
+                    props[key] = "******"
+        return props
 
 
 def _to_text(value: Any) -> str:

@@ -20,6 +20,7 @@ from habroker.remoting.channel import RemotingError
 from habroker.remoting.client import BrokerResponseError, RemotingClient
 from habroker.remoting.codes import RequestCode
 from habroker.remoting.command import RemotingCommand
+from habroker.tls_config import client_tls
 
 if TYPE_CHECKING:
     from habroker.broker import BrokerController
@@ -55,7 +56,9 @@ def namesrv_addresses(text: str) -> list[str]:
 class NameServerRegistration:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
-        self.client = RemotingClient(timeout=6.0)  # registerBrokerTimeoutMills
+        self.client = RemotingClient(
+            timeout=6.0, tls=client_tls(broker.config)
+        )  # registerBrokerTimeoutMills
         self.last_error: dict[str, str] = {}
         self.registrations = 0
         self._task: asyncio.Task[None] | None = None

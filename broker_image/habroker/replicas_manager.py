@@ -32,6 +32,7 @@ from habroker.metadata import MetadataError
 from habroker.remoting import RequestCode, ResponseCode
 from habroker.remoting.channel import RemotingError
 from habroker.remoting.client import RemotingClient
+from habroker.tls_config import client_tls
 
 if TYPE_CHECKING:
     from habroker.broker import BrokerController
@@ -109,7 +110,7 @@ class ReplicasManager:
         self.divergence: dict[str, Any] | None = None
         self.truncated_bytes_total = 0
         self._lock = asyncio.Lock()
-        self._client = RemotingClient(timeout=3.0)
+        self._client = RemotingClient(timeout=3.0, tls=client_tls(broker.config))
 
     # -- state -------------------------------------------------------------------------------
     @property

@@ -24,6 +24,7 @@ from habroker.registration import register_header
 from habroker.remoting.channel import RemotingError
 from habroker.remoting.client import BrokerResponseError, RemotingClient
 from habroker.remoting.codes import RequestCode, ResponseCode
+from habroker.tls_config import client_tls
 
 if TYPE_CHECKING:
     from habroker.broker import BrokerController
@@ -41,7 +42,9 @@ class SlaveSynchronize:
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._round: asyncio.Future[bool] | None = None
-        self.client = RemotingClient(timeout=max(2.0, min(10.0, interval)))
+        self.client = RemotingClient(
+            timeout=max(2.0, min(10.0, interval)), tls=client_tls(broker.config)
+        )
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="slave-synchronize")

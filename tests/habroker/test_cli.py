@@ -258,4 +258,4 @@ def test_acl_enabled_without_a_file_does_not_start(broker_factory, tmp_path):
     with pytest.raises(RuntimeError, match="exited"):
         srv.start(timeout=15)
     log = srv.log_path.read_text()
-    assert "cannot start: cannot read the ACL file" in log and "Traceback" not in log, log
+    assert "configuration error: cannot read the ACL file" in log and "Traceback" not in log, log

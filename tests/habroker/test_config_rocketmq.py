@@ -195,12 +195,17 @@ def test_every_field_is_a_rocketmq_key_of_the_same_type_or_marked_habroker():
     values RocketMQ's setters parse."""
     rows = {
         m.group(1): m.group(0)
-        for m in re.finditer(r"^\| ([a-zA-Z0-9]+) \|.*$", DOC.read_text(), flags=re.M)
+        for m in re.finditer(r"^\| ([a-zA-Z0-9.]+) \|.*$", DOC.read_text(), flags=re.M)
     }
     compatible = {int: {"int", "long"}, bool: {"boolean"}, str: {"String"}}
     hints = get_type_hints(BrokerConfig)
     fields = BrokerConfig.keys()
     for key in fields:
+        if key.startswith("tls."):
+            # RocketMQ's TlsSystemConfig: JVM system properties (or tls.config.file), which the
+            # generated table of broker.conf setters does not list
+            assert key in rows, f"{key}: not in docs/broker.md"
+            continue
         if key not in ROCKETMQ_KEYS:
             assert "*habroker*" in rows[key], f"{key}: not a RocketMQ key, docs must say *habroker*"
             continue

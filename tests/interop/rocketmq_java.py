@@ -534,7 +534,12 @@ class DriverFailed(AssertionError):
 
 
 def _driver(
-    ns: NetNS, version: str, args: Sequence[str], timeout: float, serialize: str | None = None
+    ns: NetNS,
+    version: str,
+    args: Sequence[str],
+    timeout: float,
+    serialize: str | None = None,
+    jvm: Sequence[str] = (),
 ) -> tuple[subprocess.CompletedProcess[str], Path]:
     ensure_installed([version])
     home = ns.root / f"driver-{next(_runs)}"
@@ -549,6 +554,7 @@ def _driver(
         f"-Drmq.logback.configurationFile={ROCKETMQ_HOME / 'conf' / 'logback_driver.xml'}",
         "-Drocketmq.client.rebalance.waitInterval=1000",
         *([f"-Drocketmq.serialize.type={serialize}"] if serialize else []),
+        *jvm,
         "-cp",
         classpath(version, driver=True),
         "RocketMQDriver",
@@ -576,13 +582,15 @@ def run_driver(
     check: bool = True,
     timeout: float = 180.0,
     serialize: str | None = None,
+    jvm: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """Run ``RocketMQDriver <args>`` (the ``version`` client) in ``ns``; its events, summary last.
 
     ``serialize="ROCKETMQ"`` makes the client encode request headers in RocketMQ's binary
-    serialization instead of JSON (``-Drocketmq.serialize.type``).
+    serialization instead of JSON (``-Drocketmq.serialize.type``); ``jvm``: more JVM options
+    (system properties such as ``-Dtls.enable=true``).
     """
-    done, home = _driver(ns, version, args, timeout, serialize)
+    done, home = _driver(ns, version, args, timeout, serialize, jvm)
     events = parse_events(done.stdout)
     if check and (done.returncode != 0 or not events or events[-1].get("event") != "summary"):
         last = events[-1] if events else None
@@ -596,10 +604,15 @@ def run_driver(
 
 
 def run_mqadmin(
-    ns: NetNS, version: str, *args: str, timeout: float = 120.0, serialize: str | None = None
+    ns: NetNS,
+    version: str,
+    *args: str,
+    timeout: float = 120.0,
+    serialize: str | None = None,
+    jvm: Sequence[str] = (),
 ) -> str:
     """The real mqadmin (rocketmq-tools ``version``) in ``ns``; its stdout.  Raises if it threw."""
-    done, home = _driver(ns, version, ["admin", *args], timeout, serialize)
+    done, home = _driver(ns, version, ["admin", *args], timeout, serialize, jvm)
     if done.returncode != 0:
         raise AssertionError(
             f"mqadmin {' '.join(args)} ({version}) exited {done.returncode}:\n"

@@ -14,6 +14,7 @@ its next commit.  Stop the group's consumers first.
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -78,12 +79,13 @@ class MQAdmin:
         instance: ClientInstance | None = None,
         timeout: float = 5.0,
         credentials: SessionCredentials | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         if instance is None and namesrv_addr is None:
             raise ValueError("MQAdmin needs namesrv_addr or a ClientInstance")
         self._owns_instance = instance is None
         self.instance = instance or ClientInstance(
-            namesrv_addr or "", timeout=timeout, credentials=credentials
+            namesrv_addr or "", timeout=timeout, credentials=credentials, tls=tls
         )
 
     async def _json(self, address: str, code: int, header: dict[str, Any] | None = None) -> Any:

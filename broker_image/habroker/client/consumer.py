@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -148,6 +149,7 @@ class MQPullConsumer:
         auto_commit_interval: float = 5.0,
         timeout: float = 3.0,
         credentials: SessionCredentials | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         if instance is None and namesrv_addr is None:
             raise ValueError("MQPullConsumer needs namesrv_addr or a ClientInstance")
@@ -156,7 +158,7 @@ class MQPullConsumer:
         self.group = group
         self._owns_instance = instance is None
         self.instance = instance or ClientInstance(
-            namesrv_addr or "", timeout=timeout, credentials=credentials
+            namesrv_addr or "", timeout=timeout, credentials=credentials, tls=tls
         )
         self.pull_batch_size = pull_batch_size
         self.long_polling_timeout = long_polling_timeout

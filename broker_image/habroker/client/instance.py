@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import socket
+import ssl
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -105,6 +106,7 @@ class ClientInstance:
         serialize_type: SerializeType = SerializeType.JSON,
         instance_name: str | None = None,
         credentials: SessionCredentials | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         """``credentials``: sign every request for a broker with ``aclEnable`` (RocketMQ's
         AclClientRPCHook; docs/security.md)."""
@@ -114,6 +116,7 @@ class ClientInstance:
             serialize_type=serialize_type,
             dispatcher=_ClientRequests(),
             rpc_hook=rpc_hook(credentials) if credentials is not None else None,
+            tls=tls,
         )
         self.routes = TopicRouteCache(self.remoting, namesrv_addr, ttl=route_ttl, timeout=timeout)
         name = instance_name or f"{os.getpid()}#{time.time_ns()}"

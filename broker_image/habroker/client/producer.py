@@ -17,6 +17,7 @@ import itertools
 import logging
 import random
 import re
+import ssl
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -143,13 +144,14 @@ class MQProducer:
         retry_times: int = 2,
         max_message_size: int = MAX_MESSAGE_SIZE,
         credentials: SessionCredentials | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         if instance is None and namesrv_addr is None:
             raise ValueError("MQProducer needs namesrv_addr or a ClientInstance")
         self.group = group
         self._owns_instance = instance is None
         self.instance = instance or ClientInstance(
-            namesrv_addr or "", timeout=send_timeout, credentials=credentials
+            namesrv_addr or "", timeout=send_timeout, credentials=credentials, tls=tls
         )
         self.send_timeout = send_timeout
         self.retry_times = retry_times

@@ -18,6 +18,7 @@ from habroker.processor.send_message import SendMessageProcessor
 from habroker.processor.send_msg_back import ConsumerSendMsgBackProcessor
 from habroker.remoting.acl import PlainAccessValidator
 from habroker.remoting.server import RemotingServer
+from habroker.tls_config import server_tls
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +26,11 @@ log = logging.getLogger(__name__)
 class BrokerRemoting:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
-        self.server = RemotingServer(name=f"broker {broker.config.brokerName}")
+        self.server = RemotingServer(
+            name=f"broker {broker.config.brokerName}",
+            tls_mode=broker.config.tlsServerMode,
+            tls_context=server_tls(broker.config),
+        )
         self.consumers = ConsumerManager()
         self.producers = ProducerManager()
         self.client_manage = ClientManageProcessor(broker, self.consumers, self.producers)

@@ -2,7 +2,9 @@
 
 What habroker itself calls out with (a slave's metadata copy, registration with a name server)
 and what :mod:`habroker.client` builds on.  Channels are opened on first use and reopened after
-a close; concurrent requests share a channel (answers are matched by opaque).
+a close; concurrent requests share a channel (answers are matched by opaque).  With an
+``ssl.SSLContext`` (:func:`habroker.remoting.tls.client_context`) every channel speaks TLS, as a
+RocketMQ client started with ``-Dtls.enable=true`` does.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -45,11 +48,13 @@ class RemotingClient:
         serialize_type: SerializeType = SerializeType.JSON,
         dispatcher: RequestDispatcher | None = None,
         rpc_hook: Callable[[RemotingCommand], None] | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         """``rpc_hook`` sees every request before it is sent (RocketMQ's RPCHook.doBeforeRequest):
         :func:`habroker.remoting.acl.rpc_hook` signs requests for an ACL-enabled broker."""
         self.timeout = timeout
         self.rpc_hook = rpc_hook
+        self.tls = tls
         self.connect_timeout = connect_timeout
         self.serialize_type = serialize_type
         self.dispatcher = dispatcher
@@ -86,7 +91,11 @@ class RemotingClient:
         try:
             async with asyncio.timeout(self.connect_timeout):
                 _, protocol = await loop.create_connection(
-                    lambda: Channel(self.dispatcher), host.strip("[]"), int(port)
+                    lambda: Channel(self.dispatcher),
+                    host.strip("[]"),
+                    int(port),
+                    ssl=self.tls,
+                    server_hostname=host.strip("[]") if self.tls is not None else None,
                 )
         except (OSError, TimeoutError) as exc:
             raise RemotingError(f"cannot connect to {address}: {exc or 'timed out'}") from None
