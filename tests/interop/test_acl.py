@@ -20,7 +20,13 @@ from typing import Any, TypeVar
 
 import pytest
 import yaml
-from habroker.client import MQAdmin, MQClientError, MQProducer, SessionCredentials
+from habroker.client import (
+    MQAdmin,
+    MQBrokerError,
+    MQClientError,
+    MQProducer,
+    SessionCredentials,
+)
 from habroker.local import LocalBroker
 from habroker.remoting.acl import request_content, sign_request, signature
 from habroker.remoting.command import RemotingCommand
@@ -242,6 +248,30 @@ def test_the_right_credentials_produce_and_a_sub_only_account_consumes(cluster: 
 def test_refusals_match_the_java_broker(cluster: Cluster, auth: list[str], expected: str) -> None:
     answers = {kind: refusal(produce(cluster, kind, *auth), kind) for kind in KINDS}
     assert answers["java"] == (1, expected), answers  # SYSTEM_ERROR, RocketMQ's own text
+    assert answers["habroker"] == answers["java"]
+
+
+def test_admin_requests_need_an_admin_account(cluster: Cluster) -> None:
+    """UPDATE_AND_CREATE_TOPIC signed by a non-admin account (our Python client): the same
+    answer from both brokers."""
+
+    async def create(credentials: SessionCredentials, address: str) -> tuple[int, str]:
+        async with MQAdmin(NAMESRV, credentials=credentials) as admin:
+            try:
+                await admin.create_topic("AclNotAllowed", 1, broker_addr=address)
+            except MQBrokerError as exc:
+                return exc.code, exc.remark.split(", org.apache.rocketmq.acl.plain")[0]
+        return 0, "created"
+
+    answers = {
+        kind: in_ns(cluster.ns, lambda kind=kind: create(WRITER, cluster.address(kind)))
+        for kind in KINDS
+    }
+    assert answers["java"] == (
+        1,
+        "org.apache.rocketmq.acl.common.AclException: Need admin permission for request "
+        "code=17, but accessKey=writerKey is not",
+    ), answers
     assert answers["habroker"] == answers["java"]
 
 
