@@ -251,6 +251,18 @@ def test_refusals_match_the_java_broker(cluster: Cluster, auth: list[str], expec
     assert answers["habroker"] == answers["java"]
 
 
+def test_the_5_3_1_client_signs_for_habroker_too(cluster: Cluster) -> None:
+    """RocketMQ 5.x's remoting client with the same hook (its headers carry more fields)."""
+    args = ["produce", "--namesrv", NAMESRV, "--topic", TOPICS["habroker"], "--count", "2"]
+    events = run_driver(cluster.ns, "5.3.1", *args, "--retries", "0", *creds(WRITER))
+    assert summary(events)["sendOk"] == 2, events[-3:]
+    refused = run_driver(cluster.ns, "5.3.1", *args, "--retries", "0", *creds(READER), check=False)
+    assert refusal(refused, "habroker") == (
+        1,
+        "org.apache.rocketmq.acl.common.AclException: No default permission for topic:<topic>",
+    )
+
+
 def test_admin_requests_need_an_admin_account(cluster: Cluster) -> None:
     """UPDATE_AND_CREATE_TOPIC signed by a non-admin account (our Python client): the same
     answer from both brokers."""
