@@ -58,6 +58,7 @@ class BrokerStats:
         self.pull_requests = 0
         self.put_status: Counter[str] = Counter()
         self.request_errors: Counter[str] = Counter()
+        self.acl_refused = 0  # remoting requests the ACL refused (aclEnable)
         self.registry = CollectorRegistry()
         self.produce_latency = self._histogram(
             "habroker_produce_latency_seconds",
@@ -71,6 +72,9 @@ class BrokerStats:
             "habroker_sync_wait_seconds",
             "SYNC_MASTER producers waiting for a slave's acknowledgement.",
         )
+
+    def count_acl_refusal(self) -> None:
+        self.acl_refused += 1
 
     def _histogram(self, name: str, help_text: str) -> Histogram:
         return Histogram(name, help_text, LABELS, registry=self.registry, buckets=LATENCY_BUCKETS)
@@ -161,6 +165,12 @@ class BrokerCollector(Collector):
             "Refused requests by error code.",
             "error",
             sorted(s.request_errors.items()),
+        )
+        yield f.counter(
+            "habroker_acl_refused_requests",
+            "Remoting requests refused by the ACL (aclEnable: no or unknown accessKey, bad "
+            "signature, missing permission).",
+            s.acl_refused,
         )
 
     def _replicas(self, f: _Families) -> Iterator[Metric]:

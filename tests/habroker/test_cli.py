@@ -13,6 +13,8 @@ import time
 import pytest
 from habroker.local import LocalBroker, free_port
 
+from tests.habroker.metricsutil import scrape
+
 
 def run(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
@@ -251,6 +253,10 @@ def test_client_commands_sign_for_an_acl_enabled_broker(broker_factory, tmp_path
     assert res.returncode == 0 and b'"SEND_OK": 2' in res.stderr, res.stderr
     for out in (res.stdout, res.stderr, srv.log_path.read_bytes()):
         assert b"cli-writer-secret" not in out and b"cli-admin-secret" not in out
+    # unsigned, wrong secret, not admin, and the producer's UNREGISTER_CLIENT at exit: it names
+    # no consumer group, which RocketMQ checks as group "null" (cliWriter's default: DENY)
+    refused = scrape(srv.http_address).values("habroker_acl_refused_requests_total")
+    assert refused == [4.0], refused
 
 
 def test_acl_enabled_without_a_file_does_not_start(broker_factory, tmp_path):

@@ -22,6 +22,7 @@ COUNTERS = {
     "habroker_pull_messages",
     "habroker_pull_bytes",
     "habroker_request_errors",
+    "habroker_acl_refused_requests",
     "habroker_truncated_bytes",
 }
 GAUGES = {

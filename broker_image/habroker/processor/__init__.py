@@ -48,7 +48,7 @@ class BrokerRemoting:
         self.acl: PlainAccessValidator | None = None
         if broker.config.aclEnable:
             # a missing or invalid file fails the start (AclError), as it should: no open door
-            self.acl = PlainAccessValidator(broker.config.acl_file)
+            self.acl = PlainAccessValidator(broker.config.acl_file, broker.stats.count_acl_refusal)
             self.server.request_check = self.acl.check
             log.info(
                 "ACL enabled on the remoting ports: %s, %d accounts",

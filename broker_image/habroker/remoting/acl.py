@@ -361,8 +361,10 @@ def _loggable(text: str, limit: int = 300) -> str:
 class PlainAccessValidator:
     """The plain_acl.yml at ``path``, re-read when its size or mtime changes."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, on_refusal: Callable[[], None] | None = None) -> None:
+        """``on_refusal`` is called once per refused request (the broker's metrics)."""
         self.path = Path(path)
+        self.on_refusal = on_refusal
         self.config = PlainAclConfig.load(self.path)
         self._stamp = self._file_stamp()
         self._next_check = time.monotonic() + RELOAD_CHECK_INTERVAL
@@ -439,6 +441,8 @@ class PlainAccessValidator:
             self.validate(request, channel.remote_address)
         except AclError as exc:
             self.refused += 1
+            if self.on_refusal is not None:
+                self.on_refusal()
             log.warning(
                 "ACL refused %s from %s: %s",
                 code_name(request.code),
