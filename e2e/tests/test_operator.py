@@ -95,8 +95,11 @@ def crd(lkube: LocalKube) -> None:
 def operator(lkube: LocalKube, crd: None, namespace: str, tmp_path: Path) -> Iterator[Path]:
     kube = lkube
     log = tmp_path / "operator.log"
+    key = tmp_path / "operator-key"  # what the chart's key Secret gives an installed operator
+    key.write_text(os.urandom(24).hex())
     env = {
         **kube.env,
+        "BROKERGROUP_ADMIN_KEY_FILE": str(key),
         "BROKERGROUP_POLL_INTERVAL": str(POLL),
         "BROKERGROUP_ADDRESSING": "pod-ip",
         "BROKERGROUP_HTTP_TIMEOUT": "1",
