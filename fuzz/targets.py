@@ -15,6 +15,7 @@ from habroker import fastjson, wire
 from habroker.compression import CompressionType, compress
 from habroker.dledger import entry as dledger_entry
 from habroker.dledger import protocol as dledger_protocol
+from habroker.ha import protocol as ha_protocol
 from habroker.message import MAGIC_V2, decode_record, decode_records, encode_record
 from habroker.remoting.command import (
     BadFrame,
@@ -163,6 +164,46 @@ def seeds_dledger_entry() -> list[bytes]:
     return [bytes(dledger_entry.DLedgerEntry(index=1, term=1, body=b"abc", pos=0).encode())]
 
 
+# -- classic HA: the master's transfer headers (slave side), the slave's reports (master side) --
+HA_FILE_SIZE = 1 << 20
+
+
+def fuzz_ha_transfer(data: bytes) -> None:
+    """Headers as a slave meets them: each one checked against the slave's next offset, which
+    advances by the body of every accepted header (the bodies themselves are not parsed)."""
+    local = 0
+    for offset, size in ha_protocol.HEADER.iter_unpack(data[: len(data) - len(data) % 12]):
+        try:
+            ha_protocol.check_header(offset, size, local, HA_FILE_SIZE)
+        except ha_protocol.ProtocolError:
+            return
+        assert 0 <= size <= ha_protocol.MAX_BODY_SIZE and offset >= 0
+        assert offset % HA_FILE_SIZE + size <= HA_FILE_SIZE
+        local = offset + size
+
+
+def seeds_ha_transfer() -> list[bytes]:
+    header = ha_protocol.HEADER.pack
+    return [
+        header(0, 100) + header(100, 0) + header(100, 32768),
+        header(HA_FILE_SIZE, HA_FILE_SIZE),
+    ]
+
+
+def fuzz_ha_reports(data: bytes) -> None:
+    """Reports as a master reads them, cut at arbitrary points: the same int64s come out."""
+    reader = ha_protocol.ReportReader()
+    cut = data[0] % (len(data) + 1) if data else 0
+    values = reader.feed(data[:cut]) + reader.feed(memoryview(data)[cut:])
+    whole = len(data) - len(data) % 8
+    assert values == [v for (v,) in ha_protocol.REPORT.iter_unpack(data[:whole])]
+    assert reader.partial == len(data) - whole
+
+
+def seeds_ha_reports() -> list[bytes]:
+    return [ha_protocol.REPORT.pack(0) + ha_protocol.REPORT.pack(1 << 40) + b"\x00\x01"]
+
+
 # -- fastjson: Java-fastjson bodies from brokers and name servers ------------------------------
 def fuzz_fastjson(data: bytes) -> None:
     try:
@@ -214,6 +255,18 @@ TARGETS: dict[str, Target] = {
             "habroker.dledger.entry.decode (ValueError)",
             fuzz_dledger_entry,
             seeds_dledger_entry,
+        ),
+        Target(
+            "ha_transfer",
+            "habroker.ha.protocol.check_header on a stream of headers (ProtocolError)",
+            fuzz_ha_transfer,
+            seeds_ha_transfer,
+        ),
+        Target(
+            "ha_reports",
+            "habroker.ha.protocol.ReportReader.feed (never raises)",
+            fuzz_ha_reports,
+            seeds_ha_reports,
         ),
         Target("fastjson", "habroker.fastjson.loads (ValueError)", fuzz_fastjson, seeds_fastjson),
     )

@@ -1,7 +1,7 @@
 """The bounded fuzz step of the suite: every atheris harness of fuzz/ for a few seconds.
 
 Each harness runs in its own subprocess (libFuzzer owns the process) for FUZZ_TEST_SECONDS
-(default 5) from a fresh corpus of seeds; a crash fails the test with the input as hex and its
+(default 3) from a fresh corpus of seeds; a crash fails the test with the input as hex and its
 traceback replayed without atheris. ``make fuzz`` runs the same harnesses for longer.
 """
 
@@ -15,7 +15,7 @@ import pytest
 from fuzz.campaign import run_target
 from fuzz.targets import TARGETS
 
-SECONDS = int(os.environ.get("FUZZ_TEST_SECONDS", "5"))
+SECONDS = int(os.environ.get("FUZZ_TEST_SECONDS", "3"))
 
 
 @pytest.mark.parametrize("name", sorted(TARGETS))
