@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PACKAGES := $(wildcard broker_image/habroker operator/brokergroup_operator pipeline/brokergroup_spark)
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup java-setup promtool lint unit test bench bench-setup demo demo-local clean
+.PHONY: help setup java-setup promtool lint unit test bench bench-setup demo demo-local fuzz clean
 
 help:  ## list the targets
 	@grep -hE '^[a-z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
@@ -48,6 +48,10 @@ demo: setup java-setup  ## the main job: cluster (KUBECONFIG or local), images, 
 
 demo-local: setup  ## a master + slave on 127.0.0.1, no Kubernetes: produce and consume
 	$(PY) -m habroker.demo
+
+FUZZ_SECONDS ?= 300
+fuzz: setup  ## coverage-guided fuzzing of the frame parsers, FUZZ_SECONDS (300) per harness; corpus in .fuzz-corpus/
+	$(PY) -m fuzz.campaign --seconds $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 clean:  ## remove the virtualenv and caches (not the cluster)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

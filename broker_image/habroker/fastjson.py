@@ -115,7 +115,12 @@ def _key(text: str, pos: int, depth: int) -> tuple[Any, int]:
         return _string_at(text, pos)
     if char == "{":
         fields, end = _object(text, pos + 1, depth + 1)
-        return ObjectKey(fields), end
+        key = ObjectKey(fields)
+        try:
+            hash(key)
+        except TypeError:  # a field that is an array or an object
+            raise JSONDecodeError("An object key holds an array or object", text, pos) from None
+        return key, end
     number = _NUMBER.match(text, pos)
     if number and not any(number.groups()):
         return int(number.group()), number.end()

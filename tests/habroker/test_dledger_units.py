@@ -18,7 +18,9 @@ from habroker.dledger.protocol import (
     VoteResult,
     decode,
     encode,
+    push_entries,
     push_request,
+    push_span,
 )
 from habroker.dledger.rpc_service import DLedgerRpcService
 
@@ -177,3 +179,54 @@ def test_bodies_are_fastjson_like():
     assert decode(raw) == parsed
     with pytest.raises(ValueError):
         decode(b"[1]")
+
+
+# -- malformed input from the network (found by fuzz/: dledger_entry, dledger_push) -------------
+def test_entry_decode_refuses_a_short_buffer_with_value_error():
+    from habroker.dledger.entry import DLedgerEntry
+    from habroker.dledger.entry import decode as decode_entry
+
+    raw = bytes(DLedgerEntry(index=1, term=1, body=b"abc", pos=0).encode())
+    assert decode_entry(raw).body == b"abc"
+    for cut in (0, 1, 47):  # the fuzzer's first find: b"" was a struct.error
+        with pytest.raises(ValueError, match="48-byte header"):
+            decode_entry(raw[:cut])
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"type":"APPEND","entry":{"body":1}}',  # the fuzzer's find: TypeError from a2b_base64
+        b'{"type":"APPEND","entry":{"index":"x"}}',
+        b'{"type":"APPEND","entry":{"index":[1]}}',
+        b'{"type":"APPEND","entry":{"index":1e400}}',
+        b'{"type":"APPEND","entry":[1]}',
+        b'{"type":"APPEND","batchEntry":{"index":1}}',
+        b'{"type":"APPEND","batchEntry":[1,2]}',
+        b'{"type":"APPEND","batchEntry":[{"index":{}}]}',
+    ],
+)
+def test_malformed_pushes_are_value_errors(raw):
+    body = decode(raw)
+    with pytest.raises(ValueError):
+        push_entries(body)
+    if b'"body"' not in raw:
+        with pytest.raises(ValueError):
+            push_span(body)
+
+
+def test_pushed_entries_still_decode():
+    from habroker.dledger.entry import DLedgerEntry, to_json_dict
+
+    entry = DLedgerEntry(index=7, term=3, body=b"\x00payload", pos=96)
+    body = decode(json.dumps({"type": "APPEND", "entry": to_json_dict(entry)}).encode())
+    assert push_span(body) == (7, 1)
+    assert push_entries(body) == [entry]
+    quoted = decode(b'{"batchEntry":[{"index":"8","term":"3"},{"index":9}]}')
+    assert push_span(quoted) == (8, 2)
+    assert [e.index for e in push_entries(quoted)] == [8, 9]
+
+
+def test_a_deeply_nested_body_is_a_value_error():
+    with pytest.raises(ValueError, match="nests too deeply"):
+        decode(b"[" * 100_000)

@@ -201,3 +201,21 @@ def test_pretty_layout_of_5x_consumer_offsets():
     data.pop("groupTopicMap")
     start = text.index('\t"offsetTable"')
     assert fastjson.dumps(data, pretty=True).endswith(text[start:])
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{{"a":{}}:1}',  # the fuzzer's find (fuzz/ fastjson): TypeError, unhashable dict
+        '{{"a":[1]}:1}',
+        '{"m":{{"q":{"x":1}}:2}}',
+    ],
+)
+def test_an_object_key_holding_an_object_or_array_is_a_decode_error(text):
+    with pytest.raises(json.JSONDecodeError, match="object key holds"):
+        fastjson.loads(text)
+
+
+def test_object_keys_of_scalars_still_parse():
+    value = fastjson.loads('{{"topic":"T","queueId":0,"ok":true,"x":null}:5}')
+    assert value == {ObjectKey({"topic": "T", "queueId": 0, "ok": True, "x": None}): 5}

@@ -81,6 +81,9 @@ def decode_header(data: bytes | bytearray | memoryview, at: int = 0) -> tuple[in
 
 
 def decode(data: bytes | bytearray | memoryview) -> DLedgerEntry:
+    """One entry from its bytes; ValueError if they are not one."""
+    if len(data) < BODY_OFFSET:
+        raise ValueError(f"an entry needs a {BODY_OFFSET}-byte header, got {len(data)} bytes")
     magic, size, index, term, pos, channel, chain_crc, body_crc, body_len = _HEADER.unpack_from(
         data, 0
     )
@@ -139,17 +142,33 @@ def entries_json(raw_entries: list[memoryview]) -> RawJSON:
     return RawJSON("[" + ",".join(parts) + "]")
 
 
-def from_json_dict(data: dict[str, Any]) -> DLedgerEntry:
+def from_json_dict(data: Any) -> DLedgerEntry:
+    """An entry as a peer sent it; ValueError if ``data`` is not one (a PUSH from the network)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"an entry is a JSON object, not {type(data).__name__}")
     body_text = data.get("body")
-    body = binascii.a2b_base64(body_text) if body_text else b""
+    if body_text and not isinstance(body_text, str):
+        raise ValueError(f"entry body is base64 text, not {type(body_text).__name__}")
+    body = binascii.a2b_base64(body_text) if body_text else b""  # binascii.Error: a ValueError
     return DLedgerEntry(
-        index=int(data.get("index", -1)),
-        term=int(data.get("term", -1)),
+        index=json_int(data, "index", -1),
+        term=json_int(data, "term", -1),
         body=body,
-        pos=int(data.get("pos", -1)),
-        magic=int(data.get("magic", CURRENT_MAGIC)),
-        channel=int(data.get("channel", 0)),
-        chain_crc=int(data.get("chainCrc", 0)),
-        body_crc=int(data.get("bodyCrc", 0)),
-        size=int(data.get("size", -1)),
+        pos=json_int(data, "pos", -1),
+        magic=json_int(data, "magic", CURRENT_MAGIC),
+        channel=json_int(data, "channel", 0),
+        chain_crc=json_int(data, "chainCrc", 0),
+        body_crc=json_int(data, "bodyCrc", 0),
+        size=json_int(data, "size", -1),
     )
+
+
+def json_int(data: dict[str, Any], key: str, default: int) -> int:
+    """An integer field of a peer's JSON (fastjson may quote it); ValueError if it is none."""
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"field {key} is not an integer: {value!r}")
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"field {key} is not an integer: {value!r}") from None

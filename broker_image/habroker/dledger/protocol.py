@@ -15,7 +15,7 @@ import json
 from enum import IntEnum, StrEnum
 from typing import Any
 
-from habroker.dledger.entry import DLedgerEntry, RawJSON, from_json_dict, to_json_dict
+from habroker.dledger.entry import DLedgerEntry, RawJSON, from_json_dict, json_int, to_json_dict
 
 Body = dict[str, Any]
 
@@ -121,7 +121,10 @@ def decode(raw: bytes | bytearray | memoryview | None) -> Body:
     """A JSON object from a peer; anything else is a ValueError the RPC layer answers."""
     if not raw:
         raise ValueError("a DLedger request needs a JSON body")
-    value = json.loads(bytes(raw))
+    try:
+        value = json.loads(bytes(raw))
+    except RecursionError:
+        raise ValueError("a DLedger body nests too deeply") from None
     if not isinstance(value, dict):
         raise ValueError("a DLedger body is a JSON object")
     return value
@@ -197,19 +200,30 @@ def push_request(
     return body
 
 
-def push_span(request: Body) -> tuple[int, int]:
-    """(first index, count) of the entries a push carries, without decoding their bodies."""
+def _push_items(request: Body) -> list[Any]:
+    """The JSON entries of a push; ValueError if ``batchEntry``/``entry`` have the wrong shape."""
     batch = request.get("batchEntry") or []
+    if not isinstance(batch, list):
+        raise ValueError(f"batchEntry is a JSON array, not {type(batch).__name__}")
     if batch:
-        return int(batch[0].get("index", -1)), len(batch)
-    entry = request.get("entry")
-    return (int(entry.get("index", -1)), 1) if entry else (-1, 0)
+        items = batch
+    else:
+        entry = request.get("entry")
+        items = [entry] if entry else []
+    for item in items:
+        if not isinstance(item, dict):
+            raise ValueError(f"a pushed entry is a JSON object, not {type(item).__name__}")
+    return items
+
+
+def push_span(request: Body) -> tuple[int, int]:
+    """(first index, count) of the entries a push carries, without decoding their bodies;
+    ValueError on a malformed push."""
+    items = _push_items(request)
+    return (json_int(items[0], "index", -1), len(items)) if items else (-1, 0)
 
 
 def push_entries(request: Body) -> list[DLedgerEntry]:
-    """The entries a push carries: ``batchEntry`` when not empty, else ``entry``."""
-    batch = request.get("batchEntry") or []
-    if batch:
-        return [from_json_dict(item) for item in batch]
-    entry = request.get("entry")
-    return [from_json_dict(entry)] if entry else []
+    """The entries a push carries: ``batchEntry`` when not empty, else ``entry``; ValueError
+    on a malformed push."""
+    return [from_json_dict(item) for item in _push_items(request)]

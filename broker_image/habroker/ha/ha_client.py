@@ -28,6 +28,7 @@ from habroker.ha.protocol import (
     SLAVE_READ_BUFFER_SIZE,
     PeerClosed,
     ProtocolError,
+    check_header,
     send_all,
     tune_socket,
 )
@@ -339,7 +340,7 @@ class HAClient:
                         and 0 <= size <= MAX_BODY_SIZE
                         and offset % file_size + size <= file_size
                     ):
-                        self._check_header(offset, size, local, file_size)  # raises unless ok
+                        check_header(offset, size, local, file_size)  # raises unless ok
                     if run and offset % file_size == 0:  # the next file starts: append the run
                         gathered, run = run, 0
                         self._append(run_start, data[:gathered])
@@ -369,28 +370,6 @@ class HAClient:
                 f"(local max offset {self.store.max_phy_offset})"
             )
         self._appended += len(chunk)
-
-    def _check_header(self, offset: int, size: int, local: int, file_size: int) -> None:
-        if size < 0 or size > MAX_BODY_SIZE:
-            raise ProtocolError(
-                f"frame at offset {offset} claims body size {size} (allowed 0..{MAX_BODY_SIZE})"
-            )
-        if offset < 0:
-            raise ProtocolError(f"frame claims negative offset {offset}")
-        if local != 0 and offset != local:
-            raise ProtocolError(
-                f"offset mismatch: master pushed offset {offset}, slave max offset is {local}"
-            )
-        if size and local == 0 and offset % file_size:
-            raise ProtocolError(
-                f"first frame for an empty log starts at {offset}, not at a commit-log file "
-                f"start (mappedFileSizeCommitLog={file_size})"
-            )
-        if offset % file_size + size > file_size:
-            raise ProtocolError(
-                f"frame [{offset}, {offset + size}) crosses a commit-log file boundary "
-                f"(mappedFileSizeCommitLog={file_size}; both sides must use the same size)"
-            )
 
     # -- status ------------------------------------------------------------------------------
     def status(self) -> dict[str, object]:

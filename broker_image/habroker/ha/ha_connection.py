@@ -28,7 +28,7 @@ import time
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING
 
-from habroker.ha.protocol import REPORT, PeerClosed, ProtocolError, send_frame
+from habroker.ha.protocol import PeerClosed, ProtocolError, ReportReader, send_frame
 
 if TYPE_CHECKING:
     from habroker.ha.ha_service import HAService
@@ -135,21 +135,19 @@ class HAConnection:
         loop = asyncio.get_running_loop()
         buf = bytearray(_READ_BUFFER_SIZE)
         view = memoryview(buf)
-        partial = b""
+        reader = ReportReader()
         confirmed = -1
         while True:
             n = await loop.sock_recv_into(self.sock, view)
             if n == 0:
-                if partial:
-                    raise ProtocolError(f"slave closed mid-report ({len(partial)} of 8 bytes)")
+                if reader.partial:
+                    raise ProtocolError(f"slave closed mid-report ({reader.partial} of 8 bytes)")
                 raise PeerClosed("slave closed the connection")
             self.last_read_at = time.monotonic()
-            data = partial + view[:n] if partial else view[:n]
-            whole = len(data) - len(data) % REPORT.size
-            for (value,) in REPORT.iter_unpack(data[:whole]):
+            reports = reader.feed(view[:n])
+            for value in reports:
                 self._accept_report(value)
-            partial = bytes(data[whole:])
-            if whole:
+            if reports:
                 self.last_report_at = self.last_read_at
                 if self.confirmed_offset > confirmed:
                     confirmed = self.confirmed_offset

@@ -38,6 +38,56 @@ class PeerClosed(Exception):
     """The peer closed the connection (EOF), possibly in the middle of a frame."""
 
 
+def check_header(offset: int, size: int, local: int, file_size: int) -> None:
+    """A slave's check of the master's transfer header ``(offset, size)``; ProtocolError unless
+    the body fits: ``local`` is the slave's next offset (0 for an empty log), ``file_size`` its
+    ``mappedFileSizeCommitLog``."""
+    if size < 0 or size > MAX_BODY_SIZE:
+        raise ProtocolError(
+            f"frame at offset {offset} claims body size {size} (allowed 0..{MAX_BODY_SIZE})"
+        )
+    if offset < 0:
+        raise ProtocolError(f"frame claims negative offset {offset}")
+    if local != 0 and offset != local:
+        raise ProtocolError(
+            f"offset mismatch: master pushed offset {offset}, slave max offset is {local}"
+        )
+    if size and local == 0 and offset % file_size:
+        raise ProtocolError(
+            f"first frame for an empty log starts at {offset}, not at a commit-log file "
+            f"start (mappedFileSizeCommitLog={file_size})"
+        )
+    if offset % file_size + size > file_size:
+        raise ProtocolError(
+            f"frame [{offset}, {offset + size}) crosses a commit-log file boundary "
+            f"(mappedFileSizeCommitLog={file_size}; both sides must use the same size)"
+        )
+
+
+class ReportReader:
+    """The master's side: cuts what a slave sends into its 8-byte offset reports, keeping a
+    report split across reads for the next one."""
+
+    __slots__ = ("_partial",)
+
+    def __init__(self) -> None:
+        self._partial = b""
+
+    @property
+    def partial(self) -> int:
+        """Bytes of a report still waiting for the rest."""
+        return len(self._partial)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[int]:
+        """The whole reports ``data`` completes (any int64: the connection judges them)."""
+        if self._partial:
+            data = self._partial + bytes(data)
+        whole = len(data) - len(data) % REPORT.size
+        values = [value for (value,) in REPORT.iter_unpack(data[:whole])]
+        self._partial = bytes(data[whole:])
+        return values
+
+
 def tune_socket(sock: socket.socket) -> None:
     """Non-blocking with TCP_NODELAY: both Java sides set it, reports and acks are latency bound."""
     sock.setblocking(False)

@@ -1,0 +1,1 @@
+"""Coverage-guided fuzzing (atheris) of habroker's frame parsers; see docs/fuzzing.md."""

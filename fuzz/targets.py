@@ -1,0 +1,273 @@
+"""One harness per parser: feed the fuzzer's bytes to the real decoder and check its contract.
+
+A harness returns normally when the decoder returns a value or raises one of its documented
+error types; any other exception escapes and atheris reports it (with the input) as a crash.
+``seeds()`` gives valid inputs built by the project's own encoders.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from habroker import fastjson, wire
+from habroker.compression import CompressionType, compress
+from habroker.dledger import entry as dledger_entry
+from habroker.dledger import protocol as dledger_protocol
+from habroker.ha import protocol as ha_protocol
+from habroker.message import MAGIC_V2, decode_record, decode_records, encode_record
+from habroker.remoting.command import (
+    BadFrame,
+    FrameDecoder,
+    RemotingCommand,
+    SerializeType,
+    decode_frame,
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    doc: str
+    harness: Callable[[bytes], None]
+    seeds: Callable[[], list[bytes]]
+
+
+# -- wire: the SEND_BATCH_MESSAGE body ---------------------------------------------------------
+def fuzz_batch(data: bytes) -> None:
+    try:
+        entries = wire.decode_batch(data)
+    except wire.BadBatch:
+        return
+    assert entries and sum(
+        wire.ENTRY_OVERHEAD + len(e.body) + len(e.properties) for e in entries
+    ) == len(data)
+
+
+def seeds_batch() -> list[bytes]:
+    return [
+        wire.encode_batch([b"hello"]),
+        wire.encode_batch(
+            [wire.OutgoingMessage(b"x" * 40, tags="t", keys=["k1", "k2"], flag=3), b"", b"abc"]
+        ),
+    ]
+
+
+# -- remoting: frames and the stream decoder ---------------------------------------------------
+def fuzz_remoting_frame(data: bytes) -> None:
+    try:
+        decode_frame(memoryview(data))
+    except BadFrame:
+        return
+
+
+def fuzz_remoting_stream(data: bytes) -> None:
+    decoder = FrameDecoder(max_length=1 << 16)
+    try:
+        # two feeds: a frame split across reads takes the buffering path
+        cut = len(data) // 2
+        decoder.feed(data[:cut])
+        decoder.feed(data[cut:])
+    except BadFrame:
+        return
+
+
+def _commands() -> list[RemotingCommand]:
+    out = []
+    for kind in (SerializeType.JSON, SerializeType.ROCKETMQ):
+        out.append(
+            RemotingCommand.request(
+                10, {"topic": "T", "queueId": 1, "flag": True}, b"body", serialize_type=kind
+            )
+        )
+        resp = RemotingCommand.request(34, None, serialize_type=kind).response(1, "no such topic")
+        out.append(resp)
+    return out
+
+
+def seeds_remoting_frame() -> list[bytes]:
+    return [cmd.encode_bytes()[4:] for cmd in _commands()]
+
+
+def seeds_remoting_stream() -> list[bytes]:
+    frames = [cmd.encode_bytes() for cmd in _commands()]
+    return [*frames, b"".join(frames)]
+
+
+# -- the commit-log record (store files, pull responses) ---------------------------------------
+def fuzz_record(data: bytes) -> None:
+    with contextlib.suppress(ValueError):
+        decode_record(data, check_crc=True)
+    try:
+        decode_records(data)
+    except ValueError:
+        return
+
+
+def seeds_record() -> list[bytes]:
+    one = encode_record(topic="TopicA", queue_id=0, body=b"hello", properties={"TAGS": "a"})
+    v2 = encode_record(
+        topic="T" * 200,
+        queue_id=3,
+        body=b"",
+        magic=MAGIC_V2,
+        born_host=("::1", 7),
+        store_host=("::1", 10911),
+    )
+    zipped = encode_record(
+        topic="Z",
+        queue_id=0,
+        body=compress(b"z" * 300, CompressionType.ZLIB),
+        sys_flag=CompressionType.ZLIB.sys_flag,
+    )
+    return [one, v2, zipped, one + zipped]
+
+
+# -- DLedger: RPC bodies (untrusted, from peers) and entries --------------------------------
+def fuzz_dledger_push(data: bytes) -> None:
+    try:
+        body = dledger_protocol.decode(data)
+    except ValueError:
+        return
+    try:
+        dledger_protocol.push_span(body)
+        dledger_protocol.push_entries(body)
+    except ValueError:
+        return
+
+
+def seeds_dledger_push() -> list[bytes]:
+    e1 = dledger_entry.DLedgerEntry(index=5, term=2, body=b"payload", pos=640)
+    e2 = dledger_entry.DLedgerEntry(index=6, term=2, body=b"", pos=640 + e1.size)
+    one = dledger_protocol.push_request(
+        "g",
+        local_id="n0",
+        remote_id="n1",
+        term=2,
+        push_type=dledger_protocol.PushType.APPEND,
+        commit_index=4,
+        entry=e1,
+    )
+    batch = dict(one, entry=None, batchEntry=[dledger_entry.to_json_dict(e) for e in (e1, e2)])
+    return [dledger_protocol.encode(one), dledger_protocol.encode(batch)]
+
+
+def fuzz_dledger_entry(data: bytes) -> None:
+    try:
+        dledger_entry.decode(data)
+    except ValueError:
+        return
+
+
+def seeds_dledger_entry() -> list[bytes]:
+    return [bytes(dledger_entry.DLedgerEntry(index=1, term=1, body=b"abc", pos=0).encode())]
+
+
+# -- classic HA: the master's transfer headers (slave side), the slave's reports (master side) --
+HA_FILE_SIZE = 1 << 20
+
+
+def fuzz_ha_transfer(data: bytes) -> None:
+    """Headers as a slave meets them: each one checked against the slave's next offset, which
+    advances by the body of every accepted header (the bodies themselves are not parsed)."""
+    local = 0
+    for offset, size in ha_protocol.HEADER.iter_unpack(data[: len(data) - len(data) % 12]):
+        try:
+            ha_protocol.check_header(offset, size, local, HA_FILE_SIZE)
+        except ha_protocol.ProtocolError:
+            return
+        assert 0 <= size <= ha_protocol.MAX_BODY_SIZE and offset >= 0
+        assert offset % HA_FILE_SIZE + size <= HA_FILE_SIZE
+        local = offset + size
+
+
+def seeds_ha_transfer() -> list[bytes]:
+    header = ha_protocol.HEADER.pack
+    return [
+        header(0, 100) + header(100, 0) + header(100, 32768),
+        header(HA_FILE_SIZE, HA_FILE_SIZE),
+    ]
+
+
+def fuzz_ha_reports(data: bytes) -> None:
+    """Reports as a master reads them, cut at arbitrary points: the same int64s come out."""
+    reader = ha_protocol.ReportReader()
+    cut = data[0] % (len(data) + 1) if data else 0
+    values = reader.feed(data[:cut]) + reader.feed(memoryview(data)[cut:])
+    whole = len(data) - len(data) % 8
+    assert values == [v for (v,) in ha_protocol.REPORT.iter_unpack(data[:whole])]
+    assert reader.partial == len(data) - whole
+
+
+def seeds_ha_reports() -> list[bytes]:
+    return [ha_protocol.REPORT.pack(0) + ha_protocol.REPORT.pack(1 << 40) + b"\x00\x01"]
+
+
+# -- fastjson: Java-fastjson bodies from brokers and name servers ------------------------------
+def fuzz_fastjson(data: bytes) -> None:
+    try:
+        value = fastjson.loads(data)
+    except ValueError:
+        return
+    fastjson.dumps(value)
+
+
+def seeds_fastjson() -> list[bytes]:
+    table = {
+        "brokerAddrs": {0: "127.0.0.1:10911", 1: "127.0.0.1:10921"},
+        "offsetTable": {fastjson.ObjectKey({"topic": "T", "queueId": 0}): 42},
+        "list": [1.5, -2, True, None, "s\u00e9"],
+    }
+    return [fastjson.dumps(table).encode(), b'{"a":[{}]}']
+
+
+TARGETS: dict[str, Target] = {
+    t.name: t
+    for t in (
+        Target("batch", "habroker.wire.decode_batch (BadBatch)", fuzz_batch, seeds_batch),
+        Target(
+            "remoting_frame",
+            "habroker.remoting.command.decode_frame (BadFrame)",
+            fuzz_remoting_frame,
+            seeds_remoting_frame,
+        ),
+        Target(
+            "remoting_stream",
+            "habroker.remoting.command.FrameDecoder.feed (BadFrame)",
+            fuzz_remoting_stream,
+            seeds_remoting_stream,
+        ),
+        Target(
+            "record",
+            "habroker.message.decode_record / decode_records (ValueError)",
+            fuzz_record,
+            seeds_record,
+        ),
+        Target(
+            "dledger_push",
+            "habroker.dledger.protocol.decode + push_span/push_entries (ValueError)",
+            fuzz_dledger_push,
+            seeds_dledger_push,
+        ),
+        Target(
+            "dledger_entry",
+            "habroker.dledger.entry.decode (ValueError)",
+            fuzz_dledger_entry,
+            seeds_dledger_entry,
+        ),
+        Target(
+            "ha_transfer",
+            "habroker.ha.protocol.check_header on a stream of headers (ProtocolError)",
+            fuzz_ha_transfer,
+            seeds_ha_transfer,
+        ),
+        Target(
+            "ha_reports",
+            "habroker.ha.protocol.ReportReader.feed (never raises)",
+            fuzz_ha_reports,
+            seeds_ha_reports,
+        ),
+        Target("fastjson", "habroker.fastjson.loads (ValueError)", fuzz_fastjson, seeds_fastjson),
+    )
+}
