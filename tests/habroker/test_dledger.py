@@ -351,17 +351,25 @@ def _producer(pid: int, group: LocalDLedgerGroup, history: History, stop: thread
             leader = None
 
 
+def start_producers(
+    group: LocalDLedgerGroup, count: int = 4
+) -> tuple[History, threading.Event, list[threading.Thread]]:
+    """``count`` producers writing to whichever peer leads until the event is set."""
+    history = History()
+    stop = threading.Event()
+    threads = [
+        threading.Thread(target=_producer, args=(pid, group, history, stop)) for pid in range(count)
+    ]
+    for t in threads:
+        t.start()
+    return history, stop, threads
+
+
 def test_acknowledged_writes_survive_many_sigkills(dledger_group):
     group = dledger_group(3, mappedFileSizeCommitLog=256 * 1024)
     group.leader()
     create_topic(group)
-    history = History()
-    stop = threading.Event()
-    threads = [
-        threading.Thread(target=_producer, args=(pid, group, history, stop)) for pid in range(4)
-    ]
-    for t in threads:
-        t.start()
+    history, stop, threads = start_producers(group)
     rng = random.Random(15)
     kills = Counter()
     try:

@@ -5,7 +5,6 @@ on every peer that remains."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -15,12 +14,11 @@ from habroker.local import LocalDLedgerGroup
 
 from tests.habroker.test_dledger import (
     FAST,
-    History,
-    _producer,
     agreed_statuses,
     create_topic,
     log_entries,
     produce,
+    start_producers,
 )
 
 
@@ -54,13 +52,7 @@ def test_membership_requests_are_checked(group):
 def test_grow_to_five_and_shrink_to_three_under_load(group):
     group.leader()
     create_topic(group)
-    history = History()
-    stop = threading.Event()
-    threads = [
-        threading.Thread(target=_producer, args=(pid, group, history, stop)) for pid in range(4)
-    ]
-    for t in threads:
-        t.start()
+    history, stop, threads = start_producers(group)
     acked_at: list[int] = []
 
     def step_done(expected: int) -> None:

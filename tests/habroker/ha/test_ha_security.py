@@ -24,23 +24,9 @@ from habroker.local import LocalGroup
 from habroker.store.values import BatchEntry, PutStatus
 
 from tests.habroker.ha.ha_support import JavaSlaveStandIn, produce, wait_until
+from tests.habroker.ha.test_ha_processes import FILE_SIZE, SMALL, _wait
 
 REPORT = struct.Struct(">q")
-FILE_SIZE = 64 * 1024
-SMALL = dict(
-    mappedFileSizeCommitLog=FILE_SIZE,
-    mappedFileSizeConsumeQueue=20 * 1024,
-    maxMessageSize=16 * 1024,
-    haSendHeartbeatInterval=200,
-)
-
-
-def _wait(predicate, within: float = 30.0, what: str = "") -> None:
-    deadline = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within}s waiting for {what}")
-        time.sleep(0.02)
 
 
 def _send(producer: Producer, body: bytes = b"m" * 200) -> str:
