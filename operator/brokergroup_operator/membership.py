@@ -77,7 +77,9 @@ def plan_membership(
         )
     confirmed = [pod for pod, seen in views[: min(members, replicas)] if seen == want]
     if len(confirmed) < min(members, replicas):
-        silent = [pod for pod, seen in views[: min(members, replicas)] if seen is None]
+        count = min(members, replicas)
+        silent = [pod for pod, seen in views[:count] if seen is None]
+        silent += [f"peer {peer_id(i)} (no pod yet)" for i in range(len(views), count)]
         if members == replicas == target:
             return MembershipDecision(members, replicas)  # a peer is down: not a change
         return MembershipDecision(
