@@ -309,6 +309,16 @@ class LocalGroup:
         for broker in reversed(self.brokers):
             broker.stop()
 
+    def wait_connected(self, timeout: float = 30.0) -> LocalGroup:
+        """Until every slave reports its HA connection up: a healthy slave process may still
+        be dialling its master, and a test that reads ``connected`` right after start races it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all((s.status().get("slave") or {}).get("connected") for s in self.slaves):
+                return self
+            time.sleep(0.05)
+        raise TimeoutError(f"slaves not connected to {self.master.ha_address} after {timeout}s")
+
     def wait_replicated(self, timeout: float = 60.0) -> None:
         """Until every slave has the master's max offset."""
         deadline = time.monotonic() + timeout

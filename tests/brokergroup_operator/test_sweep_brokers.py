@@ -34,6 +34,7 @@ def local_group(tmp_path: Path):
         mappedFileSizeCommitLog=1 << 20,
         maxMessageSize=1 << 16,
     ).start()
+    group.wait_connected()
     yield group
     group.stop()
 
