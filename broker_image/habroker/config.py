@@ -322,6 +322,10 @@ class BrokerConfig:
         ):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"{key}={getattr(self, key)}: must be positive")
+        if self.totalPhysicalMemorySize < 0:
+            raise ConfigError(
+                f"totalPhysicalMemorySize={self.totalPhysicalMemorySize}: must be >= 0 (0 = the OS's)"
+            )
         if self.fileReservedTime < 0:
             raise ConfigError(f"fileReservedTime={self.fileReservedTime}: must be >= 0 (hours)")
         parse_delete_when(self.deleteWhen)
@@ -475,7 +479,10 @@ class BrokerConfig:
                 raise ConfigError(
                     f"{key!r} cannot be changed at runtime; runtime keys: {', '.join(self.RUNTIME_KEYS)}"
                 )
-            changed[key] = coerce(key, _to_text(raw), hints[key], "update")
+            text = _to_text(raw)
+            if key in ROCKETMQ_KEYS or key in LEGACY_KEYS:
+                _check_rocketmq_value(key, text, "update")
+            changed[key] = coerce(key, text, hints[key], "update")
         new = dataclasses.replace(self, **changed)
         new.unimplemented = dict(self.unimplemented)
         return new
@@ -508,7 +515,10 @@ def coerce(key: str, raw: str, typ: Any, source: str) -> Any:
                 raise ValueError("expected true or false")
             return low == "true"
         if typ is int:
-            return int(text)
+            value = int(text)
+            if not -(2**63) <= value < 2**63:
+                raise ValueError("out of range for a Java long")
+            return value
         if isinstance(typ, type) and issubclass(typ, Enum):
             return typ(text)
         return text
@@ -576,9 +586,14 @@ def properties_line(key: str, value: str) -> str:
     return f"{key_text}={value_text}"
 
 
+#: a host name, an IPv4 address or a bracketed IPv6 address (openapi.yaml's HostPort says the same)
+_HOST = re.compile(r"[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]")
+_PORT = re.compile(r"[1-9][0-9]{0,4}")
+
+
 def parse_host_port(text: str, key: str = "address") -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not _HOST.fullmatch(host) or not _PORT.fullmatch(port) or int(port) > 65535:
         raise ConfigError(f"{key}={text!r}: expected host:port")
     return host.strip("[]"), int(port)
 
@@ -617,8 +632,8 @@ def parse_delete_when(text: str) -> set[int]:
     """RocketMQ's deleteWhen: hours of the day separated by ';' (``04`` or ``04;10``)."""
     hours: set[int] = set()
     for part in text.split(";"):
-        part = part.strip()
-        if not part.isdigit() or not 0 <= int(part) <= 23:
+        part = part.strip(" ")
+        if not re.fullmatch(r"[0-9]{1,2}", part) or not 0 <= int(part) <= 23:
             raise ConfigError(f"deleteWhen={text!r}: hours 00..23 separated by ';'")
         hours.add(int(part))
     return hours

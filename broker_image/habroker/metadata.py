@@ -305,7 +305,9 @@ class SubscriptionGroupManager(VersionedTable[SubscriptionGroupConfig]):
             )
         current = asdict(self.table.get(group) or SubscriptionGroupConfig(group))
         for key, value in values.items():
-            if key == "groupName":
+            if key == "groupName":  # the path names the group; the body's copy is ignored
+                if not isinstance(value, str):
+                    raise MetadataError("bad_group", f"groupName: expected a string, got {value!r}")
                 continue
             if key not in current:
                 raise MetadataError("bad_group", f"unknown subscription-group field {key!r}")

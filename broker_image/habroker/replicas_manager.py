@@ -79,9 +79,10 @@ class RoleRequest:
             if not (1 <= epoch <= MAX_EPOCH and 0 <= broker_id <= MAX_BROKER_ID):
                 raise ValueError
             addresses = [
-                str(data.get(k) or "")
-                for k in ("haMasterAddress", "masterHttpAddress", "masterAddress")
+                data.get(k, "") for k in ("haMasterAddress", "masterHttpAddress", "masterAddress")
             ]
+            if not all(isinstance(address, str) for address in addresses):
+                raise TypeError
         except (KeyError, ValueError, TypeError):
             raise RoleError("bad_request", f"fields: {fields}", 400) from None
         if role is BrokerRole.SLAVE:

@@ -7,8 +7,10 @@ a JSON error with a stable ``error`` code; nothing here decides policy.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any
@@ -18,7 +20,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from habroker.admin_auth import ADMIN_PREFIX, AdminToken
 from habroker.broker import BrokerController, BrokerError
-from habroker.config import ConfigError
+from habroker.config import ConfigError, parse_host_port
 from habroker.message import decode_records
 from habroker.metadata import MetadataError
 from habroker.metrics import exposition
@@ -188,6 +190,13 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
 
+def _json_number(text: str) -> int | float:
+    """A JSON number with no fractional part is an integer (``270.0``, ``2e3``), as JSON
+    Schema and openapi.yaml say, so integer fields accept it; anything else stays a float."""
+    value = float(text)
+    return int(value) if value.is_integer() else value
+
+
 async def _json_body(request: web.Request) -> dict[str, Any]:
     """Every JSON request body is parsed here: strict RFC 8259 JSON (UTF-8, no NaN/Infinity);
     anything else, however deeply nested or cut off, is ``400 bad_json``."""
@@ -205,7 +214,9 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
         )
     raw = await _read_body(request)
     try:
-        data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+        data = json.loads(
+            raw.decode("utf-8"), parse_constant=_no_constant, parse_float=_json_number
+        )
     except RecursionError:
         raise BrokerError("bad_json", "request body is not valid JSON: nested too deeply") from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, over-long integers
@@ -425,17 +436,17 @@ async def put_external_addresses(request: web.Request) -> web.Response:
     parsed: dict[int, str] = {}
     if isinstance(addrs, dict):
         for key, value in addrs.items():
-            host, _, port = str(value).rpartition(":")
-            if not (
-                str(key).isdigit()
-                and int(key) <= MAX_BROKER_ID
-                and host
-                and port.isdigit()
-                and 0 < int(port) < 65536
-            ):
+            try:
+                if not isinstance(value, str) or not _BROKER_ID.fullmatch(key):
+                    raise ConfigError(key)
+                parse_host_port(value)
+            except ConfigError:
                 parsed = {}
                 break
-            parsed[int(key)] = str(value)
+            if int(key) > MAX_BROKER_ID:
+                parsed = {}
+                break
+            parsed[int(key)] = value
     if not isinstance(addrs, dict) or len(parsed) != len(addrs):
         raise BrokerError(
             "bad_request",
@@ -444,6 +455,9 @@ async def put_external_addresses(request: web.Request) -> web.Response:
         )
     broker.routes.set_external(parsed)
     return web.json_response({"brokerAddrs": {str(k): v for k, v in parsed.items()}})
+
+
+_BROKER_ID = re.compile(r"0|[1-9][0-9]{0,18}")
 
 
 def _role_view(broker: BrokerController) -> dict[str, Any]:
@@ -507,6 +521,14 @@ async def get_config(request: web.Request) -> web.Response:
     return web.json_response(request.app[BROKER_KEY].config.to_properties())
 
 
+_JSON_TYPE_NAMES = {"bool": "true or false", "int": "an integer", "str": "a string"}
+
+
+def _json_type(value: Any) -> str:
+    """The config field type a JSON value can set (``bool`` before ``int``: True is an int)."""
+    return "bool" if isinstance(value, bool) else type(value).__name__
+
+
 async def patch_config(request: web.Request) -> web.Response:
     broker = request.app[BROKER_KEY]
     body = await _json_body(request)
@@ -516,6 +538,14 @@ async def patch_config(request: web.Request) -> web.Response:
             "not_runtime_key",
             f"cannot change {', '.join(bad)} at runtime; runtime keys: "
             f"{', '.join(broker.config.RUNTIME_KEYS)}",
+        )
+    hints = {f.name: f.type for f in dataclasses.fields(broker.config)}
+    wrong = [k for k, v in body.items() if _json_type(v) != hints[k]]
+    if wrong:
+        raise BrokerError(
+            "bad_config",
+            "wrong JSON type for "
+            + ", ".join(f"{k} (expected {_JSON_TYPE_NAMES[str(hints[k])]})" for k in wrong),
         )
     new = broker.update_config(body)
     return web.json_response({k: new.to_properties()[k] for k in body})
