@@ -327,6 +327,10 @@ def test_progress_gives_kafkas_lag_metrics(spark, group, tmp_path):
     assert [p["numInputRows"] for p in batches] == [250, 250, 100]
     # PySpark 4.3 gives a Python source no metrics hook: Spark's own map stays empty ...
     assert all(p["sources"][0]["metrics"] == {} for p in batches)
+    # (nor can it name itself: the description is the JVM wrapper's default toString)
+    assert batches[0]["sources"][0]["description"].startswith(
+        "org.apache.spark.sql.execution.datasources.v2.python.PythonMicroBatchStream"
+    ), batches[0]["sources"][0]["description"]
     # ... and the offsets in the report give Kafka's figures
     assert [source_metrics(p) for p in batches] == [
         {
