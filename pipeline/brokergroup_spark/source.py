@@ -295,6 +295,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 strategy=self.options.starting_by_time_strategy,
             )
         start = plan.resolve(starting, bounds, name="startingOffsets", default="latest")
+        log.info("%s: a new stream starts at %s", self.options.describe(), plan.to_json(start))
         return plan.to_json(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -382,7 +383,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.group.commit(offsets)
         except (OSError, MQClientError) as exc:
             log.warning(
-                "reporting offsets of group %s failed: %s", self.options.consumer_group, exc
+                "%s: reporting offsets of group %s failed: %s",
+                self.options.describe(),
+                self.options.consumer_group,
+                exc,
             )
             return
         self._committed = dict(offsets)

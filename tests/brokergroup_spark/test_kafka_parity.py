@@ -116,11 +116,20 @@ def test_min_partitions_splits_queues_into_more_tasks(spark, group):
 
 def test_min_partitions_in_a_stream(spark, group, tmp_path):
     produce(group, "fewqueues-s", queues=1, per_queue=90)
-    df = stream(spark, group, topic="fewqueues-s", startingOffsets="earliest", minPartitions=3)
+    df = stream(
+        spark,
+        group,
+        topic="fewqueues-s",
+        startingOffsets="earliest",
+        minPartitions=3,
+        includeHeaders="true",
+    )
     out = tmp_path / "out"
     available_now(df, out, tmp_path / "ckpt")
     written = spark.read.parquet(str(out))
     assert written.count() == 90 and len(list(out.glob("part-*.parquet"))) == 3
+    row = written.where("queueOffset = 7").first()
+    assert ("idx", b"7") in [(h.key, bytes(h.value)) for h in row.headers]
     assert sorted(r.queueOffset for r in written.collect()) == list(range(90))
 
 
