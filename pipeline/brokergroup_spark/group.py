@@ -17,6 +17,7 @@ the final word on what exists. Pull bodies are commit-log records, decoded strai
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +46,23 @@ from brokergroup_spark.records import decode
 log = logging.getLogger("brokergroup_spark")
 
 MASTER = MASTER_ID
+
+# RocketMQ's system topics (TopicValidator): never matched by subscribePattern, as Kafka's
+# consumers leave internal topics out of pattern subscriptions (exclude.internal.topics).
+SYSTEM_TOPICS = frozenset(
+    {
+        "TBW102",
+        "SCHEDULE_TOPIC_XXXX",
+        "BenchmarkTest",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRACE_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+    }
+)
+SYSTEM_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", "RMQ_SYS_")
 
 
 class DataLossError(RuntimeError):
@@ -128,6 +146,47 @@ class Group:
                     f"the route of {topic!r} names no broker of group {queues.broker_name}"
                 )
             out[topic] = TopicPlacement(topic, queues.broker_name, members, queues.read_queue_nums)
+        return out
+
+    def topics_matching(self, pattern: str) -> tuple[str, ...]:
+        """The topics the name server lists (GET_ALL_TOPIC_LIST_FROM_NAMESERVER) whose whole
+        name matches ``pattern``, system topics left out: RocketMQ's own (TopicValidator's
+        list, ``%RETRY%``/``%DLQ%``/``rmq_sys_`` names) and the topics a broker creates under its
+        cluster's and its broker group's names."""
+        return self._runner.run(self._topics_matching(pattern))
+
+    async def _topics_matching(self, pattern: str) -> tuple[str, ...]:
+        routes = self._instance.routes
+        data = await routes.namesrv_json(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+        names = {str(t) for t in data.get("topicList") or []}
+        info = await routes.cluster_info()
+        own = set(info.brokers) | set(info.clusters)
+        compiled = re.compile(pattern)
+        return tuple(
+            sorted(
+                t
+                for t in names
+                if t not in SYSTEM_TOPICS
+                and t not in own
+                and not t.startswith(SYSTEM_PREFIXES)
+                and compiled.fullmatch(t)
+            )
+        )
+
+    def offsets_by_time(
+        self, times: Mapping[Queue, int], placements: Mapping[str, TopicPlacement]
+    ) -> dict[Queue, int]:
+        """For each queue, the first offset stored at or after its time (ms), as the master
+        answers SEARCH_OFFSET_BY_TIMESTAMP; the queue's max offset when nothing is."""
+        return self._runner.run(self._offsets_by_time(times, placements))
+
+    async def _offsets_by_time(
+        self, times: Mapping[Queue, int], placements: Mapping[str, TopicPlacement]
+    ) -> dict[Queue, int]:
+        out: dict[Queue, int] = {}
+        for (topic, queue), stamp in sorted(times.items()):
+            mq = MessageQueue(topic, placements[topic].broker_name, queue)
+            out[(topic, queue)] = await self._consumer.search_offset(mq, stamp)
         return out
 
     def bounds(self, topics: tuple[str, ...]) -> dict[Queue, tuple[int, int]]:

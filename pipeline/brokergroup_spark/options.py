@@ -31,9 +31,19 @@ READ_OPTIONS = (
     "namesrvAddr",
     "topic",
     "topics",
+    "subscribePattern",
     "startingOffsets",
+    "startingOffsetsByTimestamp",
+    "startingTimestamp",
+    "startingOffsetsByTimestampStrategy",
     "endingOffsets",
+    "endingOffsetsByTimestamp",
+    "endingTimestamp",
     "maxOffsetsPerTrigger",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
+    "minPartitions",
+    "includeHeaders",
     "failOnDataLoss",
     "maxRecordsPerPartition",
     "consumerGroup",
@@ -55,18 +65,59 @@ _RETIRED = {
         "(the addresses they register), so backlog reads follow redirection without it"
     ),
 }
-_STREAM_ONLY = ("maxOffsetsPerTrigger",)
-_BATCH_ONLY = ("endingOffsets",)
+# Options of Spark's Kafka source that have no meaning here, or another name: refused with what
+# to use instead (a Kafka habit must fail loudly, never be ignored).
+_KAFKA_ONLY = {
+    "subscribe": "option subscribe is Kafka's: use topics (comma-separated) or topic",
+    "assign": (
+        "option assign is Kafka's: the brokergroup source reads every queue of its topics "
+        "(topic/topics/subscribePattern); bound queues with startingOffsets/endingOffsets JSON "
+        "(an ending offset equal to the starting one reads nothing) or filter on queueId"
+    ),
+    "groupidprefix": (
+        "option groupIdPrefix is Kafka's: pulls name the consumerGroup option's group "
+        "(default DEFAULT_CONSUMER); it is also where a stream reports its progress"
+    ),
+    "kafkaconsumer.polltimeoutms": "option kafkaConsumer.pollTimeoutMs is Kafka's: use timeoutMs",
+    "fetchoffset.numretries": (
+        "option fetchOffset.numRetries is Kafka's: offset requests fail after timeoutMs (a "
+        "stream retries at its next trigger)"
+    ),
+    "fetchoffset.retryintervalms": (
+        "option fetchOffset.retryIntervalMs is Kafka's: offset requests fail after timeoutMs"
+    ),
+    "maxbytespertrigger": (
+        "option maxBytesPerTrigger is not supported: limit a micro-batch by messages with "
+        "maxOffsetsPerTrigger"
+    ),
+}
+_KAFKA_CONFIG = {
+    "kafka.bootstrap.servers": (
+        "option kafka.bootstrap.servers is Kafka's: use namesrvAddr, ';'-separated host:port of "
+        "the group's brokers (listenPort, default 10911; in Kubernetes the <group>-namesrv "
+        "Service, port 9876) or RocketMQ name servers"
+    ),
+    "kafka.group.id": "option kafka.group.id is Kafka's: use consumerGroup",
+}
+_STREAM_ONLY = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
+_BATCH_ONLY = ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp")
+_STRATEGIES = ("error", "latest")
+_DURATION = re.compile(r"^(\d+)\s*(us|ms|s|m|min|h|d)?$", re.IGNORECASE)
+_DURATION_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
+_DURATION_MS["d"] = 86_400_000
 
 
 class OptionError(ValueError):
     """A bad option; the message says which one and what it accepts."""
 
 
+TimestampSpec = int | dict[str, dict[int, int]]  # one time for every queue, or per queue (ms)
+
+
 @dataclass(frozen=True, slots=True)
 class ReadOptions:
     namesrv_addr: str
-    topics: tuple[str, ...]
+    topics: tuple[str, ...]  # empty when topic_pattern is given
     starting: OffsetSpec
     ending: OffsetSpec
     max_offsets_per_trigger: int | None
@@ -75,6 +126,28 @@ class ReadOptions:
     consumer_group: str | None
     pull_batch_size: int
     timeout: float
+    topic_pattern: str | None = None  # subscribePattern (Java regex syntax, whole-name match)
+    starting_by_time: TimestampSpec | None = None  # store timestamps (ms), resolved by the broker
+    starting_by_time_strategy: str = "error"  # no message at/after the time: error or latest
+    ending_by_time: TimestampSpec | None = None
+    min_partitions: int | None = None
+    include_headers: bool = False
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60 * 1000  # Kafka's default, 15m
+
+    def reads(self, topic: str) -> bool:
+        """Is ``topic`` one of the topics read (named, or matching subscribePattern)?"""
+        if self.topic_pattern is not None:
+            return re.fullmatch(self.topic_pattern, topic) is not None
+        return topic in self.topics
+
+    def describe(self) -> str:
+        what = (
+            f"subscribePattern={self.topic_pattern}"
+            if self.topic_pattern is not None
+            else f"topics={','.join(self.topics)}"
+        )
+        return f"brokergroup[{what} namesrvAddr={self.namesrv_addr}]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +167,17 @@ class _Options:
         retired = sorted(set(self.values) & set(_RETIRED))
         if retired:
             raise OptionError(_RETIRED[retired[0]])
+        for key in sorted(self.values):
+            if key in _KAFKA_ONLY:
+                raise OptionError(_KAFKA_ONLY[key])
+            if key in _KAFKA_CONFIG:
+                raise OptionError(_KAFKA_CONFIG[key])
+            if key.startswith("kafka."):
+                raise OptionError(
+                    f"option {key} is a Kafka consumer setting (kafka.*), which has no meaning "
+                    "here: the brokergroup source speaks RocketMQ's remoting protocol; its "
+                    f"options: {', '.join(known)}"
+                )
         by_lower = {name.lower(): name for name in known}
         unknown = sorted(set(self.values) - set(by_lower) - set(_SPARKS_OWN))
         if unknown:
@@ -156,47 +240,86 @@ def _topic(name: str, option: str) -> str:
     return name
 
 
-def _topics(opts: _Options) -> tuple[str, ...]:
-    one, many = opts.get("topic"), opts.get("topics")
-    if one and many:
-        raise OptionError("options topic and topics: give one of them, not both")
+def _topics(opts: _Options) -> tuple[tuple[str, ...], str | None]:
+    """The topics named, or the subscribePattern (a regex the whole topic name must match)."""
+    one, many, pattern = opts.get("topic"), opts.get("topics"), opts.get("subscribePattern")
+    given = [n for n, v in (("topic", one), ("topics", many), ("subscribePattern", pattern)) if v]
+    if len(given) > 1:
+        both = "not both" if len(given) == 2 else "only one"
+        raise OptionError(f"options {' and '.join(given)}: give one of them, {both}")
+    if pattern:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise OptionError(
+                f"option subscribePattern={pattern!r} is not a valid regular expression: {exc}"
+            ) from None
+        return (), pattern
     if not one and not many:
-        raise OptionError("option topic (or topics, comma-separated) is required")
+        raise OptionError(
+            "option topic (or topics, comma-separated, or subscribePattern, a regex) is required"
+        )
     names = [t.strip() for t in (many or one or "").split(",") if t.strip()]
     if not names:
         raise OptionError("option topics: no topic named")
     if len(set(names)) != len(names):
         raise OptionError(f"option topics={many!r}: a topic is listed twice")
-    return tuple(_topic(t, "topics" if many else "topic") for t in names)
+    return tuple(_topic(t, "topics" if many else "topic") for t in names), None
 
 
-def parse_offsets(name: str, text: str, topics: tuple[str, ...], *, ending: bool) -> OffsetSpec:
+def _check_topic(name: str, topic: str, topics: tuple[str, ...], pattern: str | None) -> None:
+    if pattern is not None:
+        if re.fullmatch(pattern, topic) is None:
+            raise OptionError(
+                f"option {name}: topic {topic!r} does not match subscribePattern {pattern!r}"
+            )
+    elif topic not in topics:
+        raise OptionError(
+            f"option {name}: topic {topic!r} is not one of the topics read ({', '.join(topics)})"
+        )
+
+
+def _per_queue_json(name: str, text: str, example: str) -> dict[str, dict[str, object]]:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise OptionError(f"option {name}={text!r}: expected JSON like {example}") from None
+    if not isinstance(data, dict) or not data:
+        raise OptionError(f"option {name}: the JSON must be a non-empty object of topics")
+    for topic, queues in data.items():
+        if not isinstance(queues, dict) or not queues:
+            raise OptionError(
+                f"option {name}: topic {topic!r} needs an object of queueId to value, e.g. "
+                f"{example}"
+            )
+        for queue in queues:
+            if not str(queue).isdigit():
+                raise OptionError(f"option {name}: queueId {queue!r} of {topic!r} is not a number")
+    return data
+
+
+def parse_offsets(
+    name: str,
+    text: str,
+    topics: tuple[str, ...],
+    *,
+    ending: bool,
+    pattern: str | None = None,
+) -> OffsetSpec:
     """``earliest``, ``latest`` or ``{"topic": {"queueId": offset}}`` (-2 earliest, -1 latest)."""
     lowered = text.strip().lower()
     if lowered in ("earliest", "latest"):
         return "earliest" if lowered == "earliest" else "latest"
-    try:
-        data = json.loads(text)
-    except ValueError:
+    if not text.strip().startswith("{"):
         raise OptionError(
             f'option {name}={text!r}: expected earliest, latest or JSON like {{"topic": {{"0": 23, "1": -2}}}}'
-        ) from None
-    if not isinstance(data, dict) or not data:
-        raise OptionError(f"option {name}: the JSON must be a non-empty object of topics")
+        )
+    data = _per_queue_json(name, text, '{"topic": {"0": 23, "1": -2}}')
     out: dict[str, dict[int, int]] = {}
     for topic, queues in data.items():
-        if topic not in topics:
-            raise OptionError(
-                f"option {name}: topic {topic!r} is not one of the topics read ({', '.join(topics)})"
-            )
-        if not isinstance(queues, dict) or not queues:
-            raise OptionError(
-                f'option {name}: topic {topic!r} needs an object of queueId to offset, e.g. {{"0": 5}}'
-            )
+        _check_topic(name, topic, topics, pattern)
         per_queue: dict[int, int] = {}
         for queue, offset in queues.items():
-            if not str(queue).isdigit():
-                raise OptionError(f"option {name}: queueId {queue!r} of {topic!r} is not a number")
             if not isinstance(offset, int) or isinstance(offset, bool) or offset < EARLIEST:
                 raise OptionError(
                     f"option {name}: offset {offset!r} for {topic}/{queue} must be an integer "
@@ -209,6 +332,57 @@ def parse_offsets(name: str, text: str, topics: tuple[str, ...], *, ending: bool
     return out
 
 
+def _timestamp(name: str, value: object) -> int:
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise OptionError(
+            f"option {name}: {value!r} is not a timestamp: expected milliseconds since the epoch "
+            "(>= 0)"
+        )
+    return value
+
+
+def parse_timestamps(
+    by_queue: str | None,
+    one: str | None,
+    topics: tuple[str, ...],
+    pattern: str | None,
+    *,
+    prefix: str,
+) -> TimestampSpec | None:
+    """``<prefix>OffsetsByTimestamp`` (JSON per queue) or ``<prefix>Timestamp`` (every queue)."""
+    json_name, one_name = f"{prefix}OffsetsByTimestamp", f"{prefix}Timestamp"
+    if by_queue and one:
+        raise OptionError(f"options {json_name} and {one_name}: give one of them, not both")
+    if one:
+        return _timestamp(one_name, one)
+    if not by_queue:
+        return None
+    data = _per_queue_json(json_name, by_queue, '{"topic": {"0": 1700000000000}}')
+    out: dict[str, dict[int, int]] = {}
+    for topic, queues in data.items():
+        _check_topic(json_name, topic, topics, pattern)
+        out[topic] = {
+            int(q): _timestamp(f"{json_name} ({topic}/{q})", v) for q, v in queues.items()
+        }
+    return out
+
+
+def _duration_ms(opts: _Options, name: str, default: int) -> int:
+    text = opts.get(name)
+    if not text:
+        return default
+    match = _DURATION.match(text)
+    if match is None:
+        raise OptionError(
+            f"option {name}={text!r}: expected a duration like 30s, 500ms, 5m, 1h (a bare "
+            "number is milliseconds)"
+        )
+    unit = (match.group(2) or "ms").lower()
+    return int(int(match.group(1)) * _DURATION_MS[unit])
+
+
 def parse_read_options(raw: Mapping[str, str], *, streaming: bool) -> ReadOptions:
     opts = _Options(raw, READ_OPTIONS, "read")
     mode = "streaming" if streaming else "batch"
@@ -217,21 +391,63 @@ def parse_read_options(raw: Mapping[str, str], *, streaming: bool) -> ReadOption
             other = "batch" if streaming else "streaming"
             raise OptionError(f"option {name} applies to {other} reads only, not {mode} reads")
     namesrv_addr = _namesrv_addr(opts)
-    topics = _topics(opts)
+    topics, pattern = _topics(opts)
+    starting_by_time = parse_timestamps(
+        opts.get("startingOffsetsByTimestamp"),
+        opts.get("startingTimestamp"),
+        topics,
+        pattern,
+        prefix="starting",
+    )
+    if starting_by_time is not None and opts.get("startingOffsets"):
+        by = (
+            "startingTimestamp"
+            if isinstance(starting_by_time, int)
+            else "startingOffsetsByTimestamp"
+        )
+        raise OptionError(
+            f"options startingOffsets and {by}: give one of them (queues a per-queue "
+            "timestamp JSON leaves out start at the default: earliest for batch, latest for "
+            "streams)"
+        )
+    strategy = (opts.get("startingOffsetsByTimestampStrategy") or "error").lower()
+    if strategy not in _STRATEGIES:
+        raise OptionError(
+            f"option startingOffsetsByTimestampStrategy={strategy!r}: expected error or latest"
+        )
     starting_text = opts.get("startingOffsets") or ("latest" if streaming else "earliest")
-    starting = parse_offsets("startingOffsets", starting_text, topics, ending=False)
-    if not streaming and starting == "latest":
+    starting = parse_offsets(
+        "startingOffsets", starting_text, topics, ending=False, pattern=pattern
+    )
+    if not streaming and starting == "latest" and opts.get("startingOffsets"):
         raise OptionError(
             "option startingOffsets=latest is for streaming reads; a batch read would be empty"
         )
     ending: OffsetSpec = "latest"
+    ending_by_time: TimestampSpec | None = None
     if not streaming:
         ending = parse_offsets(
-            "endingOffsets", opts.get("endingOffsets") or "latest", topics, ending=True
+            "endingOffsets",
+            opts.get("endingOffsets") or "latest",
+            topics,
+            ending=True,
+            pattern=pattern,
         )
         if ending == "earliest":
             raise OptionError(
                 "option endingOffsets=earliest would read nothing: use latest or JSON"
+            )
+        ending_by_time = parse_timestamps(
+            opts.get("endingOffsetsByTimestamp"),
+            opts.get("endingTimestamp"),
+            topics,
+            pattern,
+            prefix="ending",
+        )
+        if ending_by_time is not None and opts.get("endingOffsets"):
+            raise OptionError(
+                "options endingOffsets and endingOffsetsByTimestamp/endingTimestamp: give one "
+                "of them"
             )
     group = opts.get("consumerGroup") or None
     if group is not None and not _TOPIC.match(group):
@@ -249,7 +465,21 @@ def parse_read_options(raw: Mapping[str, str], *, streaming: bool) -> ReadOption
         consumer_group=group,
         pull_batch_size=opts.integer("pullBatchSize", MAX_PULL, 1, MAX_PULL) or MAX_PULL,
         timeout=(opts.integer("timeoutMs", 30_000, 1) or 30_000) / 1000,
+        topic_pattern=pattern,
+        starting_by_time=starting_by_time,
+        starting_by_time_strategy=strategy,
+        ending_by_time=ending_by_time,
+        min_partitions=opts.integer("minPartitions", None, 1),
+        include_headers=opts.boolean("includeHeaders", False),
+        min_offsets_per_trigger=opts.integer("minOffsetsPerTrigger", None, 1),
+        max_trigger_delay_ms=_duration_ms(opts, "maxTriggerDelay", 15 * 60 * 1000),
     )
+
+
+def include_headers(raw: Mapping[str, str]) -> bool:
+    """The ``includeHeaders`` option alone (the schema depends on it; checked fully later)."""
+    value = {str(k).lower(): str(v) for k, v in raw.items()}.get("includeheaders", "false")
+    return value.strip().lower() == "true"
 
 
 def parse_write_options(raw: Mapping[str, str]) -> WriteOptions:

@@ -7,6 +7,8 @@ An offset map is ``{(topic, queueId): queueOffset}``; Spark checkpoints it as
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
@@ -127,3 +129,47 @@ def rate_limit(start: Offsets, latest: Offsets, max_rows: int) -> Offsets:
     for q in sorted(backlog, key=lambda q: (take[q] - backlog[q], q))[:left]:
         take[q] += 1
     return {q: start.get(q, latest[q]) + take[q] for q in latest}
+
+
+def at_least(parts: list[QueueRange], min_partitions: int | None) -> list[QueueRange]:
+    """At least ``min_partitions`` tasks (Kafka's ``minPartitions``), as far as there are offsets:
+    each range is cut into equal pieces (sizes differ by at most one), the extra pieces going one
+    at a time to the range whose pieces are then largest. A range's pieces are adjacent, so
+    together they cover it exactly: no overlap, no gap."""
+    if not min_partitions or len(parts) >= min_partitions:
+        return parts
+    count = [1] * len(parts)
+    heap: list[tuple[float, int]] = [(-float(p.end - p.start), i) for i, p in enumerate(parts)]
+    heapq.heapify(heap)
+    total = len(parts)
+    while total < min_partitions and heap:
+        _, i = heapq.heappop(heap)
+        size = parts[i].end - parts[i].start
+        if count[i] >= size:
+            continue  # single offsets already: this range cannot give more
+        count[i] += 1
+        total += 1
+        heapq.heappush(heap, (-(size / count[i]), i))
+    out: list[QueueRange] = []
+    for part, pieces in zip(parts, count, strict=True):
+        size = part.end - part.start
+        cuts = [part.start + size * k // pieces for k in range(pieces + 1)]
+        out.extend(
+            QueueRange(part.topic, part.queue_id, lo, hi, part.broker_name)
+            for lo, hi in itertools.pairwise(cuts)
+        )
+    return out
+
+
+def offsets_behind(latest: Offsets, consumed: Offsets) -> dict[str, str]:
+    """Kafka's per-trigger source metrics: how far each queue's consumed offset is behind the
+    latest offset, as strings (``minOffsetsBehindLatest``, ``maxOffsetsBehindLatest``,
+    ``avgOffsetsBehindLatest``); empty when there is nothing to compare."""
+    behind = [max(0, latest[q] - consumed.get(q, latest[q])) for q in latest]
+    if not behind:
+        return {}
+    return {
+        "minOffsetsBehindLatest": str(min(behind)),
+        "maxOffsetsBehindLatest": str(max(behind)),
+        "avgOffsetsBehindLatest": str(sum(behind) / len(behind)),
+    }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     IntegerType,
     LongType,
@@ -67,3 +68,30 @@ ARROW_SCHEMA = pa.schema(
         pa.field("brokerId", pa.int32()),
     ]
 )
+
+# includeHeaders: the message properties again, as Kafka's ``headers`` column (array of
+# key/value structs, values as bytes: UTF-8 of the property value), appended last.
+HEADERS_FIELD = StructField(
+    "headers",
+    ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())])),
+)
+SPARK_SCHEMA_WITH_HEADERS = StructType([*SPARK_SCHEMA.fields, HEADERS_FIELD])
+HEADER = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+HEADERS = pa.list_(pa.field("element", HEADER))
+ARROW_SCHEMA_WITH_HEADERS = ARROW_SCHEMA.append(pa.field("headers", HEADERS))
+
+
+def spark_schema(include_headers: bool) -> StructType:
+    return SPARK_SCHEMA_WITH_HEADERS if include_headers else SPARK_SCHEMA
+
+
+def with_headers(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` with a ``headers`` column built from its ``properties`` (zero-copy: the
+    map's offsets and children become the list's)."""
+    props = batch.column("properties")
+    assert isinstance(props, pa.MapArray)
+    pairs = pa.StructArray.from_arrays(
+        [props.keys, props.items.cast(pa.binary())], fields=list(HEADER)
+    )
+    headers = pa.ListArray.from_arrays(props.offsets, pairs, type=HEADERS)
+    return pa.RecordBatch.from_arrays([*batch.columns, headers], schema=ARROW_SCHEMA_WITH_HEADERS)
