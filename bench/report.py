@@ -228,6 +228,11 @@ def rocketmq_section(data: dict[str, Any]) -> list[str]:
         f"{data.get('reps')} repetitions of {data.get('duration_s')} s, the three systems "
         "taking turns going first; figures are messages/s, median (min-max).",
         "",
+        f"This part's run: {data.get('started', '?')}, {data.get('seconds', 0):.0f} s"
+        f"{', quick (smoke test, not a measurement)' if data.get('quick') else ''}; load average "
+        f"at start {data.get('machine', {}).get('loadavg_at_start', '?')} (the machine is shared: "
+        "compare ratios within this table, not with other sections' absolute figures).",
+        "",
         "| mode | batch | producers | habroker | RocketMQ | Redis | habroker / RocketMQ | "
         "habroker / Redis | req. p99 ms habroker / RocketMQ |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",

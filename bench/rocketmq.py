@@ -573,6 +573,8 @@ def run(settings: common.Settings, redis: bool = True) -> dict[str, Any]:
     rmq = _rmq()
     rmq.ensure_installed([VERSION])
     started = time.monotonic()
+    machine = common.machine_info()
+    when = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     with common.scratch_dir(settings, "rocketmq") as root, rmq.NetNS(root / "ns") as ns:
 
         def inside() -> dict[str, Any]:
@@ -586,6 +588,9 @@ def run(settings: common.Settings, redis: bool = True) -> dict[str, Any]:
                 namesrv.stop()
             return {
                 "version": VERSION,
+                "started": when,
+                "machine": machine,
+                "quick": settings.quick,
                 "netns": ns.name,
                 "jvm_flags": list(BROKER_JVM_FLAGS),
                 "store": STORE,
