@@ -7,6 +7,7 @@ of samples to ``bench/results/profile_<mode>_b<batch>_<role>.txt``.
 
     python -m bench.profile --batch 256 --producers 1 --mode async --seconds 5
     python -m bench.profile --face remoting --batch 32 --producers 4   # the client port
+    python -m bench.profile --face remoting --pull --producers 4       # PULL_MESSAGE, 4 consumers
 """
 
 from __future__ import annotations
@@ -58,6 +59,12 @@ def main(argv: list[str] | None = None) -> int:
         default="http",
         help="drive the HTTP API (as module produce) or the client port (as module rocketmq)",
     )
+    p.add_argument(
+        "--pull",
+        action="store_true",
+        help="with --face remoting: profile PULL_MESSAGE (as module rocketmq) instead of produce, "
+        "--producers consumers",
+    )
     p.add_argument("--out-dir", type=Path, default=common.RESULTS_DIR)
     args = p.parse_args(argv)
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
@@ -85,7 +92,18 @@ def main(argv: list[str] | None = None) -> int:
             )
         try:
             job = systems.produce_job(running, name, args.batch, args.producers, settings)
-            if args.face == "remoting":
+            if args.pull:
+                from bench import rocketmq
+
+                run = rocketmq.Running(args.mode.upper(), group, 0, 0, None)
+                rocketmq.pull_backlog(run, systems=("habroker",))
+                job.kind = "remoting"
+                job.port = int(group.master.config["listenPort"])
+                job.messages_per_request = rocketmq.PULL_MAX
+                job.requests = [
+                    rocketmq.pull_frame(i % rocketmq.PULL_QUEUES) for i in range(args.producers)
+                ]
+            elif args.face == "remoting":
                 job.kind = "remoting"
                 job.port = int(group.master.config["listenPort"])
                 job.requests = [
@@ -106,12 +124,14 @@ def main(argv: list[str] | None = None) -> int:
             if not raw.exists():
                 continue
             face = "_remoting" if args.face == "remoting" else ""
+            face += "_pull" if args.pull else ""
             path = (
                 args.out_dir
                 / f"profile{face}_{args.mode}_b{args.batch}_p{args.producers}_{role}.txt"
             )
             head = (
-                f"habroker {args.mode.upper()} {role}, produce batch {args.batch} over "
+                f"habroker {args.mode.upper()} {role}, "
+                f"{'pull 32 per PULL_MESSAGE' if args.pull else f'produce batch {args.batch}'} over "
                 f"{'the client port (remoting)' if face else 'HTTP'}, "
                 f"{args.producers} producer(s), 1 KiB bodies: {rate:,.0f} msgs/s while sampled "
                 f"(py-spy, 250 Hz)\n"

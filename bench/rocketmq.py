@@ -384,7 +384,9 @@ def pull_frame(queue_id: int, offset: int = 0, max_nums: int = PULL_MAX) -> byte
     return RemotingCommand.request(RequestCode.PULL_MESSAGE, header).encode_bytes()
 
 
-def pull_backlog(run: Running) -> dict[str, int]:
+def pull_backlog(
+    run: Running, systems: tuple[str, ...] = ("habroker", "rocketmq")
+) -> dict[str, int]:
     """Each of the pull topic's first queues gets 256 messages on both brokers; checks that a
     pull of PULL_MAX from offset 0 answers FOUND with at least PULL_MAX KiB of body."""
     body = common.payload()
@@ -396,7 +398,7 @@ def pull_backlog(run: Running) -> dict[str, int]:
     )
     if status not in (200, 201, 409):
         raise RuntimeError(f"habroker: cannot create {PULL_TOPIC}: {status} {text}")
-    for system in ("habroker", "rocketmq"):
+    for system in systems:
         for queue in range(PULL_QUEUES):
             frame = loadgen.remoting_send(PULL_TOPIC, queue, body, 256)
             code, answer = _invoke(run.port(system), frame)
