@@ -126,8 +126,8 @@ def main(argv: list[str] | None = None) -> int:
             face = "_remoting" if args.face == "remoting" else ""
             face += "_pull" if args.pull else ""
             path = (
-                args.out_dir
-                / f"profile{face}_{args.mode}_b{args.batch}_p{args.producers}_{role}.txt"
+                args.out_dir / f"profile{face}_{args.mode}{'' if args.pull else f'_b{args.batch}'}"
+                f"_p{args.producers}_{role}.txt"
             )
             head = (
                 f"habroker {args.mode.upper()} {role}, "
