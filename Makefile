@@ -37,7 +37,7 @@ check: lint unit  ## everything but the cluster: lint, unit, integration, chart 
 
 test: check e2e  ## everything CI runs: check, then the end-to-end suite on a real cluster
 
-bench: setup bench-setup  ## benchmarks vs Redis and the machine's limits: bench/results/, docs/benchmarks.md
+bench: setup bench-setup java-setup  ## benchmarks vs Redis, RocketMQ 4.9.7 (Java) and the machine's limits: bench/results/, docs/benchmarks.md
 	$(PY) -m bench.run $(BENCH_ARGS)
 
 bench-setup:  ## install the benchmark peer (Debian's redis-server) if missing

@@ -1,8 +1,9 @@
 """Lean load generators: raw sockets, pre-encoded requests, separate processes.
 
 Both sides get the same client: one pre-encoded request per connection (an HTTP/1.1 POST with
-a RocketMQ batch body for habroker, a pipeline of RESP commands for Redis), sent over a
-keep-alive TCP connection, the reply parsed just enough to know it is complete and OK. One
+a RocketMQ batch body for habroker's HTTP face, a RocketMQ remoting frame — SEND_MESSAGE_V2 or
+SEND_BATCH_MESSAGE — for habroker's client port and a real Java RocketMQ broker alike, a pipeline
+of RESP commands for Redis), sent over a keep-alive TCP connection, the reply parsed just enough to know it is complete and OK. One
 request is outstanding per connection ("one producer"); a process drives its connections with
 ``selectors``, and producers are spread over processes so the generator's GIL is not what bounds
 the server. Processes start together at a barrier after a warm-up.
@@ -13,13 +14,18 @@ from __future__ import annotations
 import multiprocessing as mp
 import selectors
 import socket
+import struct
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from habroker.remoting.codes import RequestCode
+from habroker.remoting.command import RemotingCommand
 from habroker.wire import BATCH_CONTENT_TYPE, encode_batch
 
 RECV_SIZE = 256 * 1024
+_I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
 
 
 # -- request encoding ---------------------------------------------------------------------------
@@ -33,6 +39,58 @@ def http_produce(port: int, topic: str, queue_id: int, body: bytes, count: int) 
         f"Content-Length: {len(batch)}\r\n\r\n"
     ).encode()
     return head + batch
+
+
+#: the producer group and default topic every remoting request names (RocketMQ's defaults)
+REMOTING_GROUP = "bench_producer"
+REMOTING_DEFAULT_TOPIC = "TBW102"
+
+
+def remoting_send(topic: str, queue_id: int, body: bytes, count: int, queues: int = 8) -> bytes:
+    """One RocketMQ remoting request frame (JSON header, as the Java client sends by default).
+
+    ``count == 1``: SEND_MESSAGE_V2 with ``body``; more: SEND_BATCH_MESSAGE whose body is
+    ``count`` copies in RocketMQ's MessageBatch encoding (``MessageDecoder.encodeMessages``:
+    totalSize, magic, bodyCRC, flag, body length, body, properties length, properties). The
+    header is SendMessageRequestHeaderV2 (one-letter names) with a fixed queue, so both brokers
+    store into the same queue layout; ``queues`` is the queue count a broker creates the topic
+    with when it does not exist yet (``autoCreateTopicEnable``).
+    """
+    batch = count > 1
+    header = {
+        "a": REMOTING_GROUP,
+        "b": topic,
+        "c": REMOTING_DEFAULT_TOPIC,
+        "d": queues,
+        "e": queue_id,
+        "f": 0,
+        "g": int(time.time() * 1000),
+        "h": 0,
+        "i": None if batch else "WAIT\x01true\x02",
+        "j": 0,
+        "k": False,
+        "m": batch,
+    }
+    code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
+    payload = encode_batch([body] * count) if batch else body
+    return RemotingCommand.request(code, header, payload).encode_bytes()
+
+
+def remoting_code(frame: bytes | bytearray) -> int:
+    """The response code of one whole remoting frame (length prefix included), JSON or ROCKETMQ
+    serialization."""
+    (mark,) = _I32.unpack_from(frame, 4)
+    if mark >> 24 == 1:  # ROCKETMQ binary header: code is the first int16
+        return int(_I16.unpack_from(frame, 8)[0])
+    header_len = mark & 0xFFFFFF
+    at = frame.find(b'"code":', 8, 8 + header_len)
+    if at < 0:
+        raise ValueError("remoting response without a code")
+    at += 7
+    stop = at
+    while frame[stop] in b"-0123456789":
+        stop += 1
+    return int(frame[at:stop])
 
 
 def resp_command(*args: bytes | str) -> bytes:
@@ -59,7 +117,7 @@ def resp_xadd(key: str, body: bytes, count: int, wait_ms: int | None) -> tuple[b
 class Job:
     """``requests[i]`` is what connection ``i`` sends, over and over."""
 
-    kind: str  # "http" or "resp"
+    kind: str  # "http", "remoting" or "resp"
     port: int
     requests: list[bytes]
     messages_per_request: int
@@ -113,6 +171,19 @@ def _http_complete(conn: _Conn) -> bool | None:
         return None
     ok = buf[9:12] == b"200" and b'"PUT_OK"' in buf[end + 4 : total]
     del buf[:total]
+    return ok
+
+
+def _remoting_complete(conn: _Conn) -> bool | None:
+    """None: incomplete; else True if the response code is SUCCESS (0)."""
+    buf = conn.buf
+    if len(buf) < 4:
+        return None
+    (length,) = _I32.unpack_from(buf, 0)
+    if len(buf) < 4 + length:
+        return None
+    ok = remoting_code(buf) == 0
+    del buf[: 4 + length]
     return ok
 
 
@@ -206,6 +277,8 @@ def _drive(conns: list[_Conn], job: Job, until: float, record: WorkerResult | No
             conn.buf += data
             if job.kind == "http":
                 ok = _http_complete(conn)
+            elif job.kind == "remoting":
+                ok = _remoting_complete(conn)
             else:
                 ok = _resp_complete(conn, job.replies_per_request, job.expect_wait)
             if ok is None:

@@ -120,9 +120,63 @@ def lag(results: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+PEER_COLORS = {"habroker": "#1f77b4", "rocketmq": "#9467bd", "redis": "#d62728"}
+
+
+def rocketmq(results: dict[str, Any], path: Path) -> None:
+    """habroker vs RocketMQ vs Redis over one run (module ``rocketmq``): produce per mode, pull."""
+    modes = (results.get("rocketmq") or {}).get("modes") or {}
+    if not modes:
+        return
+    fig, axes = plt.subplots(1, len(modes) + 1, figsize=(15, 4.8))
+    for ax, (mode, data) in zip(axes, modes.items(), strict=False):
+        cells = data.get("cells", [])
+        groups = sorted({(c["batch"], c["producers"]) for c in cells})
+        systems = [s for s in PEER_COLORS if any(c["system"] == s for c in cells)]
+        w = 0.8 / max(1, len(systems))
+        for gi, key in enumerate(groups):
+            for si, system in enumerate(systems):
+                for c in cells:
+                    if (c["batch"], c["producers"]) == key and c["system"] == system:
+                        _bar(
+                            ax,
+                            gi + si * w,
+                            c["msgs_per_s"],
+                            PEER_COLORS[system],
+                            system if gi == 0 else None,
+                            w,
+                        )
+        ax.set_xticks([i + 0.4 - w / 2 for i in range(len(groups))])
+        ax.set_xticklabels([f"b{b}\n{p}p" for b, p in groups], fontsize=8)
+        ax.set_yscale("log")
+        ax.set_ylabel("messages/s (1 KiB), log scale")
+        peer = "XADD + WAIT 1" if mode == "SYNC" else "XADD pipelined"
+        ax.set_title(f"Produce, {mode}_MASTER (Redis: {peer})", fontsize=10)
+        ax.legend(fontsize=8)
+    ax = axes[-1]
+    pulls = [c for d in modes.values() for c in d.get("pull", [])]
+    for i, c in enumerate(pulls):
+        _bar(ax, i, c["msgs_per_s"], PEER_COLORS[c["system"]], None, 0.6)
+    ax.set_xticks(range(len(pulls)))
+    ax.set_xticklabels([f"{c['system']}\n{c['consumers']} cons." for c in pulls], fontsize=8)
+    ax.set_ylabel("messages/s pulled")
+    ax.set_title("Pull (PULL_MESSAGE, 32 per pull)", fontsize=10)
+    fig.suptitle(
+        "habroker vs Apache RocketMQ 4.9.7 (same remoting load generator), median (min-max)"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def all_plots(results: dict[str, Any], out_dir: Path) -> list[Path]:
     made = []
-    for name, fn in (("produce", produce), ("sync_async", sync_async), ("lag", lag)):
+    for name, fn in (
+        ("produce", produce),
+        ("sync_async", sync_async),
+        ("lag", lag),
+        ("rocketmq", rocketmq),
+    ):
         path = out_dir / f"{name}.png"
         fn(results, path)
         if path.exists():

@@ -6,6 +6,8 @@ runs unmodified). Writes, per process, the functions with the largest inclusive 
 of samples to ``bench/results/profile_<mode>_b<batch>_<role>.txt``.
 
     python -m bench.profile --batch 256 --producers 1 --mode async --seconds 5
+    python -m bench.profile --face remoting --batch 32 --producers 4   # the client port
+    python -m bench.profile --face remoting --pull --producers 4       # PULL_MESSAGE, 4 consumers
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench import common, loadgen, systems
+from bench import common, loadgen, servers, systems
 
 _LINE = re.compile(r":\d+\)")
 
@@ -51,6 +53,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--producers", type=int, default=1)
     p.add_argument("--mode", choices=("async", "sync"), default="async")
     p.add_argument("--seconds", type=float, default=5.0)
+    p.add_argument(
+        "--face",
+        choices=("http", "remoting"),
+        default="http",
+        help="drive the HTTP API (as module produce) or the client port (as module rocketmq)",
+    )
+    p.add_argument(
+        "--pull",
+        action="store_true",
+        help="with --face remoting: profile PULL_MESSAGE (as module rocketmq) instead of produce, "
+        "--producers consumers",
+    )
     p.add_argument("--out-dir", type=Path, default=common.RESULTS_DIR)
     args = p.parse_args(argv)
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
@@ -78,6 +92,26 @@ def main(argv: list[str] | None = None) -> int:
             )
         try:
             job = systems.produce_job(running, name, args.batch, args.producers, settings)
+            if args.pull:
+                from bench import rocketmq
+
+                run = rocketmq.Running(args.mode.upper(), group, 0, 0, None)
+                rocketmq.pull_backlog(run, systems=("habroker",))
+                job.kind = "remoting"
+                job.port = int(group.master.config["listenPort"])
+                job.messages_per_request = rocketmq.PULL_MAX
+                job.requests = [
+                    rocketmq.pull_frame(i % rocketmq.PULL_QUEUES) for i in range(args.producers)
+                ]
+            elif args.face == "remoting":
+                job.kind = "remoting"
+                job.port = int(group.master.config["listenPort"])
+                job.requests = [
+                    loadgen.remoting_send(
+                        servers.TOPIC, i % servers.QUEUES, common.payload(), args.batch
+                    )
+                    for i in range(args.producers)
+                ]
             result = loadgen.run(job)
         finally:
             for proc in spies:
@@ -89,9 +123,16 @@ def main(argv: list[str] | None = None) -> int:
         for role, raw in raws.items():
             if not raw.exists():
                 continue
-            path = args.out_dir / f"profile_{args.mode}_b{args.batch}_p{args.producers}_{role}.txt"
+            face = "_remoting" if args.face == "remoting" else ""
+            face += "_pull" if args.pull else ""
+            path = (
+                args.out_dir / f"profile{face}_{args.mode}{'' if args.pull else f'_b{args.batch}'}"
+                f"_p{args.producers}_{role}.txt"
+            )
             head = (
-                f"habroker {args.mode.upper()} {role}, produce batch {args.batch}, "
+                f"habroker {args.mode.upper()} {role}, "
+                f"{'pull 32 per PULL_MESSAGE' if args.pull else f'produce batch {args.batch}'} over "
+                f"{'the client port (remoting)' if face else 'HTTP'}, "
                 f"{args.producers} producer(s), 1 KiB bodies: {rate:,.0f} msgs/s while sampled "
                 f"(py-spy, 250 Hz)\n"
             )

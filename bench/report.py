@@ -67,7 +67,9 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
 
     def goal(name: str, value: float | None, target: float, higher: bool = True, **kw: Any) -> None:
         met = None if value is None else (value >= target if higher else value <= target)
-        out.append({"goal": name, "value": value, "target": target, "met": met, **kw})
+        out.append(
+            {"goal": name, "value": value, "target": target, "met": met, "higher": higher, **kw}
+        )
 
     for batch in (32, 256):
         best = [
@@ -118,6 +120,7 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
                 c.get("ratio_to_sync"),
                 0.8,
             )
+    rocketmq_goals(results.get("rocketmq") or {}, goal)
     defaults = (dl.get("failover") or {}).get("defaults")
     if defaults:
         out.append(
@@ -132,6 +135,189 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def rocketmq_goals(data: dict[str, Any], goal: Any) -> None:
+    """Issue 17: habroker over the remoting protocol against a real RocketMQ 4.9.7 group."""
+    modes = data.get("modes") or {}
+    if not modes:
+        goal("issue 17: habroker vs RocketMQ 4.9.7 (module rocketmq)", None, 1.0)
+        return
+    cells = {
+        (c["mode"], c["system"], c["batch"], c["producers"]): c
+        for m in modes.values()
+        for c in m.get("cells", [])
+    }
+    hab = sorted(k for k in cells if k[1] == "habroker")
+    for mode, _, batch, producers in hab:
+        c = cells[(mode, "habroker", batch, producers)]
+        if mode == "ASYNC" and batch in (32, 256):
+            goal(
+                f"issue 17: ASYNC / RocketMQ ASYNC_MASTER, batch {batch}, {producers} producer(s)",
+                c.get("ratio_to_rocketmq"),
+                1.0,
+            )
+            goal(
+                f"issue 17: ASYNC (remoting) / Redis pipelined, batch {batch}, "
+                f"{producers} producer(s)",
+                c.get("ratio_to_redis"),
+                1.5,
+            )
+        if mode == "ASYNC" and batch == 1 and producers >= 4:
+            goal(
+                f"issue 17: ASYNC / RocketMQ ASYNC_MASTER, batch 1, {producers} producers",
+                c.get("ratio_to_rocketmq"),
+                0.5,
+            )
+        if mode == "SYNC" and batch == 32:
+            goal(
+                f"issue 17: SYNC / RocketMQ SYNC_MASTER, batch 32, {producers} producer(s)",
+                c.get("ratio_to_rocketmq"),
+                1.0,
+            )
+        if mode == "SYNC" and batch == 1 and producers == 1:
+            goal(
+                "issue 17: SYNC single-message p99 / RocketMQ SYNC_MASTER p99 "
+                "(batch 1, 1 producer)",
+                c.get("p99_ratio_to_rocketmq"),
+                1.0,
+                higher=False,
+            )
+    pulls = [c for m in modes.values() for c in m.get("pull", []) if c["system"] == "habroker"]
+    for c in pulls:
+        goal(
+            f"issue 17: pull (PULL_MESSAGE) / RocketMQ, {c['consumers']} consumer(s)",
+            c.get("ratio_to_rocketmq"),
+            1.0,
+        )
+    if not pulls:
+        goal("issue 17: pull (PULL_MESSAGE) / RocketMQ", None, 1.0)
+    for mode, m in modes.items():
+        rss = m.get("rss") or {}
+        h, r = (rss.get(k, {}).get("VmHWM_MiB") for k in ("habroker", "rocketmq"))
+        goal(
+            f"issue 17: master RSS peak (VmHWM) under the {mode} produce runs / RocketMQ's",
+            ratio(h, r),
+            1.0,
+            higher=False,
+        )
+
+
+def rocketmq_section(data: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        "## habroker vs Apache RocketMQ 4.9.7 (module `rocketmq`, also `python -m bench.rocketmq`)",
+        "",
+    ]
+    modes = data.get("modes") or {}
+    if not modes:
+        reason = data.get("skipped") or data.get("error") or "not run"
+        return [*lines, f"Not measured in this run: {reason}."]
+    store = data.get("store", {})
+    lines += [
+        "Inside one private network namespace (loopback only): a real RocketMQ "
+        f"{data.get('version')} master + slave (Java, `BrokerStartup`), a habroker master + slave "
+        "and a Redis master + replica, for ASYNC_MASTER and then SYNC_MASTER. Both brokers get "
+        "the **same load generator over the remoting protocol** (pre-encoded SEND_MESSAGE_V2 at "
+        "batch 1, SEND_BATCH_MESSAGE with RocketMQ's MessageBatch body otherwise, one request "
+        "outstanding per connection, producers in separate processes; each frame kind was "
+        "answered SUCCESS by both before the run) and the same store settings ("
+        + ", ".join(f"{k}={v}" for k, v in store.items())
+        + "). Redis gets its lean RESP client (ASYNC: XADD pipelined; SYNC: XADD + WAIT 1). "
+        f"RocketMQ JVM: `{' '.join(f for f in data.get('jvm_flags', []) if f.startswith('-X'))}` "
+        "(runbroker.sh's G1 options; its 8 GiB heap is sized for a dedicated server, while here "
+        "two broker JVMs, a name server, habroker and Redis share 2 cores and 24 GiB with other "
+        "work: 1 GiB is twice the 512 MiB the interop probe found plenty, so garbage collection "
+        "has headroom at batch 256; C2 on, unlike the interop tests' C1-only JVMs). "
+        f"{data.get('reps')} repetitions of {data.get('duration_s')} s, the three systems "
+        "taking turns going first; figures are messages/s, median (min-max).",
+        "",
+        f"This part's run: {data.get('started', '?')}, {data.get('seconds', 0):.0f} s"
+        f"{', quick (smoke test, not a measurement)' if data.get('quick') else ''}; load average "
+        f"at start {data.get('machine', {}).get('loadavg_at_start', '?')} (the machine is shared: "
+        "compare ratios within this table, not with other sections' absolute figures).",
+        "",
+        "| mode | batch | producers | habroker | RocketMQ | Redis | habroker / RocketMQ | "
+        "habroker / Redis | req. p99 ms habroker / RocketMQ |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for mode, m in modes.items():
+        by = {(c["system"], c["batch"], c["producers"]): c for c in m.get("cells", [])}
+        for system, batch, producers in sorted(k for k in by if k[0] == "habroker"):
+            h = by[(system, batch, producers)]
+            r = by.get(("rocketmq", batch, producers))
+            d = by.get(("redis", batch, producers))
+            hp = h["request_latency_ms"].get("p99")
+            rp = r["request_latency_ms"].get("p99") if r else None
+            lines.append(
+                f"| {mode} | {batch} | {producers} | {_mmm(h['msgs_per_s'])} | "
+                f"{_mmm(r['msgs_per_s'] if r else None)} | {_mmm(d['msgs_per_s'] if d else None)} | "
+                f"{_x(h.get('ratio_to_rocketmq'))} | {_x(h.get('ratio_to_redis'))} | "
+                f"{_f(hp, 2)} / {_f(rp, 2)} |"
+            )
+        bad = {
+            c["system"]: c["not_ok_requests"] for c in m.get("cells", []) if c["not_ok_requests"]
+        }
+        if bad:
+            lines.append(f"| {mode} | | | requests not SUCCESS: {bad} | | | | | |")
+    lines += [
+        "",
+        "Resident memory of the broker processes over each mode's produce runs (MiB; VmHWM is the "
+        "kernel's peak, RssAnon/RssFile sampled every 100 ms: RocketMQ writes through a mapping "
+        "of its commit log, so its RSS includes touched file pages; the JVM's heap counts as it "
+        "is touched):",
+        "",
+        "| mode | process | VmHWM | RssAnon peak | RssFile peak |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
+    for mode, m in modes.items():
+        for name, r in (m.get("rss") or {}).items():
+            lines.append(
+                f"| {mode} | {name} | {_f(r.get('VmHWM_MiB'), 1)} | "
+                f"{_f(r.get('RssAnon_peak_MiB'), 1)} | {_f(r.get('RssFile_peak_MiB'), 1)} |"
+            )
+    pulls = [c for m in modes.values() for c in m.get("pull", [])]
+    if pulls:
+        lines += [
+            "",
+            "Pull: PULL_MESSAGE for 32 messages from the start of a queue, the same pre-encoded "
+            "request again and again (both brokers serve the same page-cache-hot bytes), one "
+            "connection per consumer, ASYNC groups:",
+            "",
+            "| system | consumers | msgs/s | MB/s | habroker / RocketMQ |",
+            "| --- | ---: | ---: | ---: | ---: |",
+        ]
+        for c in pulls:
+            lines.append(
+                f"| {c['system']} | {c['consumers']} | {_mmm(c['msgs_per_s'])} | "
+                f"{_mmm(c['mb_per_s'], 1)} | {_x(c.get('ratio_to_rocketmq'))} |"
+            )
+    for mode, m in modes.items():
+        if m.get("pull_error"):
+            lines += ["", f"Pull ({mode}) failed: {m['pull_error']}"]
+    javas = [c for m in modes.values() for c in m.get("java_producer", [])]
+    if javas:
+        lines += [
+            "",
+            "The real Java producer (RocketMQ 4.9.7 `DefaultMQProducer`, interop/driver "
+            "`produce --quiet true`: one producer thread, timed in the JVM from the first send to "
+            "the last answer; `batch` = `send(Collection)` of 32, `sync` = one message per "
+            "`send`), against each broker's group in the same mode:",
+            "",
+            "| mode | client mode | batch | messages | habroker msgs/s | RocketMQ msgs/s | "
+            "habroker / RocketMQ |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for c in javas:
+            lines.append(
+                f"| {c['mode']} | {c['client_mode']} | {c['batch']} | {c['count']:,} | "
+                f"{_mmm(c['habroker'])} | {_mmm(c['rocketmq'])} | "
+                f"{_x(c.get('ratio_to_rocketmq'))} |"
+            )
+    for mode, m in modes.items():
+        if m.get("java_producer_error"):
+            lines += ["", f"Java producer ({mode}) failed: {m['java_producer_error']}"]
+    return [*lines, "", "Plot: `bench/results/rocketmq.png`."]
 
 
 # -- markdown -----------------------------------------------------------------------------------
@@ -259,7 +445,7 @@ def markdown(results: dict[str, Any]) -> str:
         "| --- | ---: | ---: | :---: |",
     ]
     for g in results.get("goals", []):
-        cmp = ">=" if "p99" not in g["goal"] and g.get("higher", True) else "<="
+        cmp = ">=" if g.get("higher", "p99" not in g["goal"]) else "<="
         met = {True: "yes", False: "**no**", None: "n/a"}[g["met"]]
         if g.get("unit") == "s":
             value, target = _f(g["value"], 2) + " s", f"{cmp} {g['target']:g} s"
@@ -384,6 +570,7 @@ def markdown(results: dict[str, Any]) -> str:
         ]
     lines += failover_section()
     lines += dledger_section(results.get("dledger") or {})
+    lines += rocketmq_section(results.get("rocketmq") or {})
     notes = results.get("notes", [])
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]

@@ -2,9 +2,11 @@
 
 Order: physical limits; then, with habroker (ASYNC and SYNC groups) and Redis running side by
 side, produce, SYNC vs ASYNC + latency, replication lag and pull; then slave catch-up (the
-servers are stopped first). Each module's JSON goes to ``bench/results/NAME.json``, plots beside
-it, and ``docs/benchmarks.md`` is regenerated from the results (a module not run this time keeps
-its previous JSON). Every server started is stopped, also on failure or SIGTERM.
+servers are stopped first), DLedger, and last habroker beside a real Apache RocketMQ 4.9.7 group
+and Redis in a private network namespace (``rocketmq``; ``--no-rocketmq`` leaves it out). Each
+module's JSON goes to ``bench/results/NAME.json``, plots beside it, and ``docs/benchmarks.md``
+is regenerated from the results (a module not run this time keeps its previous JSON). Every
+server started is stopped, also on failure or SIGTERM.
 """
 
 from __future__ import annotations
@@ -28,11 +30,12 @@ from bench import (
     produce,
     pull,
     report,
+    rocketmq,
     sync_async,
     systems,
 )
 
-MODULES = ("limits", "produce", "sync_async", "lag", "pull", "catchup", "dledger")
+MODULES = ("limits", "produce", "sync_async", "lag", "pull", "catchup", "dledger", "rocketmq")
 NEEDS_SERVERS = {"produce", "sync_async", "lag", "pull"}
 
 
@@ -44,6 +47,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--duration", type=float, help="seconds per throughput measurement")
     p.add_argument("--catchup-size", help="catch-up backlog, e.g. 2G, 512M (default 2G)")
     p.add_argument("--no-redis", action="store_true", help="habroker and limits only")
+    p.add_argument(
+        "--no-rocketmq",
+        action="store_true",
+        help="leave out the real RocketMQ peer (module rocketmq: Java brokers, several minutes)",
+    )
     p.add_argument("--results-dir", type=Path, default=common.RESULTS_DIR)
     p.add_argument("--docs", type=Path, default=common.ROOT / "docs" / "benchmarks.md")
     p.add_argument("--scratch", type=Path, default=common.SCRATCH_DIR)
@@ -52,7 +60,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="run nothing: regenerate plots and docs from the JSON in --results-dir",
     )
-    p.add_argument("--max-seconds", type=float, default=1500, help="skip what would start later")
+    p.add_argument("--max-seconds", type=float, default=2400, help="skip what would start later")
     return p.parse_args(argv)
 
 
@@ -86,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = settings_from(args)
     common.install_signal_handlers()
     wanted = [] if args.report_only else list(args.only or MODULES)
+    if args.no_rocketmq and "rocketmq" in wanted:
+        wanted.remove("rocketmq")
     args.results_dir.mkdir(parents=True, exist_ok=True)
     settings.scratch.mkdir(parents=True, exist_ok=True)
     keep = args.only or args.report_only
@@ -151,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         if "dledger" in wanted:
             attempt("dledger", lambda: dledger.run(settings))
+        if "rocketmq" in wanted:
+            attempt("rocketmq", lambda: rocketmq.run(settings, redis=not args.no_redis))
     finally:
         common.stop_all()
     meta["elapsed_s"] = time.monotonic() - started

@@ -34,6 +34,7 @@ def test_quick_run(tmp_path: Path) -> None:
             str(tmp_path / "scratch"),
             "--max-seconds",
             "480",
+            "--no-rocketmq",  # tests/bench/test_remoting_load.py covers the Java peer's path
         ],
         cwd=ROOT,
         capture_output=True,

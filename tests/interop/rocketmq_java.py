@@ -339,6 +339,8 @@ class JavaProcess(abc.ABC):
     main_class = ""
     log_config = ""
     booted_marker = "boot success"
+    #: the JVM's options; bench/rocketmq.py gives its brokers a benchmark's (C2, G1, bigger heap)
+    jvm_flags: Sequence[str] = JVM_FLAGS
 
     def __init__(self, ns: NetNS, version: str, root: Path, port: int) -> None:
         self.ns = ns
@@ -368,7 +370,7 @@ class JavaProcess(abc.ABC):
         ensure_installed([self.version])
         argv = [
             "java",
-            *JVM_FLAGS,
+            *self.jvm_flags,
             f"-Duser.home={self.root}",
             f"-Drocketmq.home.dir={ROCKETMQ_HOME}",
             # 5.x reads its (shaded) logback config from this property; 4.x from ROCKETMQ_HOME/conf

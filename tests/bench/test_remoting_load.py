@@ -1,0 +1,116 @@
+"""Smoke tests of the remoting load generator (bench/loadgen.py) and the RocketMQ peer's path.
+
+The frames the benchmark sends must be stored by both brokers: habroker on its client port, and
+a real Java RocketMQ 4.9.7 broker (in a private network namespace). Speed is not asserted; what
+is asserted is that every request was answered SUCCESS and that the messages are in the queues.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+
+import pytest
+from habroker.local import LocalGroup
+
+from bench import common, loadgen, rocketmq, servers
+
+BODY = common.payload()
+
+
+def _job(port: int, batch: int, producers: int = 2) -> loadgen.Job:
+    return loadgen.Job(
+        "remoting",
+        port,
+        [loadgen.remoting_send(servers.TOPIC, q, BODY, batch) for q in range(producers)],
+        batch,
+        duration=0.5,
+        warmup=0.05,
+        processes=producers,
+        timeout=20,
+    )
+
+
+def _queue_offsets(group: LocalGroup) -> dict[int, int]:
+    url = f"http://{group.master.http_address}/v1/topics/{servers.TOPIC}/offsets"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        data = json.load(resp)
+    return {int(q): int(v["maxOffset"]) for q, v in data["queues"].items()}
+
+
+def test_remoting_frames_decode_and_code() -> None:
+    """A frame's response code is read from JSON and ROCKETMQ-serialized headers alike."""
+    from habroker.remoting.command import RemotingCommand, SerializeType
+
+    for st in (SerializeType.JSON, SerializeType.ROCKETMQ):
+        req = RemotingCommand.request(310, {"a": "g"}, b"x", serialize_type=st)
+        for code in (0, 1, 12, 207):
+            frame = req.response(code, remark="r").encode_bytes()
+            assert loadgen.remoting_code(frame) == code
+    one = loadgen.remoting_send("t", 3, BODY, 1)
+    many = loadgen.remoting_send("t", 3, BODY, 32)
+    assert b'"code":310' in one and b'"code":320' in many
+    assert len(many) > 32 * len(BODY) > len(one)
+
+
+@pytest.mark.timeout(180)
+def test_remoting_load_against_habroker(tmp_path: Path) -> None:
+    """Batch 1 and 32 over habroker's client port: every request SUCCESS, every message stored."""
+    with servers.habroker_group(tmp_path / "g", "ASYNC", **rocketmq.STORE) as group:
+        port = int(group.master.config["listenPort"])
+        before = sum(_queue_offsets(group).values())
+        stored = 0
+        for batch in (1, 32):
+            result = loadgen.run(_job(port, batch))
+            assert result["requests"] > 0 and result["not_ok"] == 0, result
+            stored += result["messages"]
+        # the warm-up's requests are stored too: at least what was counted
+        after = sum(_queue_offsets(group).values())
+        assert after - before >= stored > 0
+
+
+@pytest.mark.timeout(300)
+def test_remoting_load_against_java_broker(tmp_path: Path) -> None:
+    """The same frames against a real RocketMQ 4.9.7 master (no slave) in a private namespace:
+    every request answered SUCCESS, and check_accepted's one-shot sends too."""
+    from tests.interop import rocketmq_java as rmq
+
+    rmq.ensure_installed([rocketmq.VERSION])
+    with rmq.NetNS(tmp_path / "ns") as ns:
+        rmq.JavaNameServer(ns, tmp_path / "namesrv", port=rocketmq.NAMESRV_PORT).start()
+        spec = rmq.BrokerSpec(
+            role="ASYNC_MASTER",
+            listen_port=rocketmq.MASTER_PORT,
+            namesrv_addr=f"127.0.0.1:{rocketmq.NAMESRV_PORT}",
+            extra={**rocketmq.STORE, **rocketmq.BROKER_EXTRA},
+        )
+        master = rmq.JavaBroker(ns, rocketmq.VERSION, tmp_path / "master", spec).start()
+
+        def drive() -> list[dict[str, object]]:
+            for batch in (1, 32):
+                for queue in range(servers.QUEUES):
+                    frame = loadgen.remoting_send(servers.TOPIC, queue, BODY, batch)
+                    code, answer = rocketmq._invoke(rocketmq.MASTER_PORT, frame)
+                    assert code == 0, answer[:400]
+            out = []
+            for batch in (1, 32):
+                result = loadgen.run(_job(rocketmq.MASTER_PORT, batch))
+                out.append({k: v for k, v in result.items() if k != "latencies_ns"})
+            return out
+
+        for result in ns.call(drive, timeout=120):
+            assert result["requests"] > 0 and result["not_ok"] == 0, result  # type: ignore[operator]
+        status = rmq.topic_status(
+            rmq.run_mqadmin(
+                ns,
+                rocketmq.VERSION,
+                "topicStatus",
+                "-n",
+                f"127.0.0.1:{rocketmq.NAMESRV_PORT}",
+                "-t",
+                servers.TOPIC,
+            )
+        )
+        assert sum(q.max_offset for q in status) > 0, status
+        master.stop()
