@@ -286,9 +286,10 @@ def test_java_slave_acks_confirm_sync_sends_on_a_habroker_sync_master(
 
 def test_a_habroker_master_with_the_ha_secret_refuses_a_java_slave(netns: NetNS) -> None:
     """The interop trade-off of haAuthSecretFile (docs/security.md): a Java slave cannot answer
-    the handshake, so a master with the key refuses it at its first report and it never counts
-    as a slave; SYNC sends answer SLAVE_NOT_AVAILABLE. Groups with Java brokers run without the
-    key (the test above)."""
+    the handshake, so a master with the key refuses it and it never counts as a slave; SYNC
+    sends answer SLAVE_NOT_AVAILABLE. The CHALLENGE it reads as a transfer header makes it append
+    nothing (an earlier layout made an empty Java slave create a commit-log file at a huge
+    offset). Groups with Java brokers run without the key (the test above)."""
     from tests.interop.rocketmq_java import BrokerSpec, JavaBroker
 
     secret = netns.root / "ha-secret"
@@ -311,11 +312,18 @@ def test_a_habroker_master_with_the_ha_secret_refuses_a_java_slave(netns: NetNS)
     )  # fmt: skip
     slave.start()
     deadline = time.monotonic() + 60
-    refused = "slave does not speak the HA handshake"
+    # a 4.9.7 slave sends its first report only haSendHeartbeatInterval (5 s) after connecting:
+    # the master's 3 s handshake timeout closes it first
+    refused = "HA handshake refused: nothing from the slave within 3 s"
     while time.monotonic() < deadline and refused not in master.log_path.read_text():
         time.sleep(0.5)
     assert refused in master.log_path.read_text(), f"{master.tail_log()}\n{slave.tail_log()}"
     assert master.status()["master"]["connectionCount"] == 0
+    # the empty Java slave took the CHALLENGE for a transfer header and appended nothing: no
+    # commit-log file at the offset its first 8 bytes spell
+    commitlog = slave.store_dir / "commitlog"
+    files = sorted(p.name for p in commitlog.iterdir()) if commitlog.exists() else []
+    assert all(int(name) == 0 for name in files), files
     events = produce(netns, "T-auth", "--count", "3", "--id-prefix", "a-", namesrv=namesrv)
     assert {e["status"] for e in events_of(events, "send")} == {"SLAVE_NOT_AVAILABLE"}
     slave.stop()

@@ -31,6 +31,7 @@ import time
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING
 
+from habroker.ha.handshake import HandshakeError
 from habroker.ha.protocol import PeerClosed, ProtocolError, ReportReader, send_frame
 
 if TYPE_CHECKING:
@@ -109,18 +110,20 @@ class HAConnection:
             # stream now. A task that swallowed its cancellation then fails on the socket.
             self.closed = True
             reason, level = self._close_reason, self._close_level
+            outcomes = [None if t.cancelled() else t.exception() for t in self._tasks if t.done()]
             if reason is None:
-                reason, level = _describe(
-                    [None if t.cancelled() else t.exception() for t in self._tasks if t.done()]
+                reason, level = _describe(outcomes)
+            if any(isinstance(o, HandshakeError) for o in outcomes):
+                self.service.log_auth_refusal(self.address, reason)  # rate-limited
+            else:
+                log.log(
+                    level,
+                    "HA connection from slave %s closed: %s (acked %d, sent %d bytes)",
+                    self.address,
+                    reason,
+                    self.ack_offset,
+                    self.sent_bytes,
                 )
-            log.log(
-                level,
-                "HA connection from slave %s closed: %s (acked %d, sent %d bytes)",
-                self.address,
-                reason,
-                self.ack_offset,
-                self.sent_bytes,
-            )
             self.service.forget(self)
             with contextlib.suppress(OSError):
                 self.sock.shutdown(socket.SHUT_RDWR)

@@ -51,6 +51,8 @@ class HAService:
         self.refused_total = 0
         self._refused_unlogged = 0
         self._refused_logged_at = -_REFUSED_LOG_INTERVAL
+        self._auth_unlogged = 0
+        self._auth_logged_at = -_REFUSED_LOG_INTERVAL
         self._housekeeping: asyncio.Task[None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -104,6 +106,23 @@ class HAService:
         )
         self._refused_logged_at = now
         self._refused_unlogged = 0
+
+    def log_auth_refusal(self, address: str, reason: str) -> None:
+        """A connection closed at the handshake: the first one logged, then at most a line a
+        second (a Java slave refused this way reconnects at once, hundreds of times a second)."""
+        self._auth_unlogged += 1
+        now = time.monotonic()
+        if now - self._auth_logged_at < _REFUSED_LOG_INTERVAL:
+            return
+        more = self._auth_unlogged - 1
+        log.warning(
+            "HA connection from slave %s closed: %s%s",
+            address,
+            reason,
+            f"; {more} more refused at the handshake since the last such line" if more else "",
+        )
+        self._auth_logged_at = now
+        self._auth_unlogged = 0
 
     def forget(self, conn: HAConnection) -> None:
         """Drop a closed connection: it no longer counts as a slave or against the cap."""

@@ -42,13 +42,23 @@ log = logging.getLogger(__name__)
 MAGIC = b"HBHA"
 VERSION = 1
 CHALLENGE, RESPONSE, PROOF = 1, 2, 3
-HEADER = struct.Struct(">4sBBH")
-"""Every handshake frame starts with: magic ``HBHA``, version, frame type, reserved (0)."""
+HEADER = struct.Struct(">4sBBHi")
+"""Every handshake frame starts with: magic ``HBHA``, version, frame type, reserved (0), and
+``NOT_A_SIZE`` where a classic transfer header has its int32 body size."""
+NOT_A_SIZE = 1 << 30
+"""A classic slave that takes the master's CHALLENGE for a transfer header sees a body of 1 GiB:
+a habroker slave refuses it (above 4 MiB), a Java slave waits for it (RocketMQ 4.9.7's check
+``diff >= 12 + bodySize`` stays false) until the master closes; neither appends anything. A
+negative size, or one near 2**31 (``12 + bodySize`` overflows), passes that check: a Java
+slave with an empty log then appends at the frame's offset and creates a commit-log file there
+(seen with RocketMQ 4.9.7: tests/interop)."""
+_PREFIX = struct.Struct(">4sBBH")  # what is checked before reading on
+_MARKER = struct.Struct(">i")
 NONCE_SIZE = 32
 MAC_SIZE = 32
-CHALLENGE_SIZE = HEADER.size + NONCE_SIZE  # 40
-RESPONSE_SIZE = HEADER.size + NONCE_SIZE + MAC_SIZE  # 72
-PROOF_SIZE = HEADER.size + MAC_SIZE  # 40
+CHALLENGE_SIZE = HEADER.size + NONCE_SIZE  # 44
+RESPONSE_SIZE = HEADER.size + NONCE_SIZE + MAC_SIZE  # 76
+PROOF_SIZE = HEADER.size + MAC_SIZE  # 44
 LABEL = b"habroker-ha-auth-v1\x00"
 HANDSHAKE_TIMEOUT = 3.0
 """Seconds either side waits for the whole handshake before closing the connection."""
@@ -146,7 +156,7 @@ class HAAuth:
         secret = self.secret()
         master_nonce = secrets.token_bytes(NONCE_SIZE)
         async with asyncio.timeout(HANDSHAKE_TIMEOUT):
-            await send_all(loop, sock, HEADER.pack(MAGIC, VERSION, CHALLENGE, 0) + master_nonce)
+            await send_all(loop, sock, _header(CHALLENGE) + master_nonce)
             body = await _read_frame(loop, sock, RESPONSE, RESPONSE_SIZE, "slave")
         slave_nonce, given = body[:NONCE_SIZE], body[NONCE_SIZE:]
         wanted = self.proof(secret, b"slave", master_nonce, slave_nonce)
@@ -157,8 +167,7 @@ class HAAuth:
         await send_all(
             loop,
             sock,
-            HEADER.pack(MAGIC, VERSION, PROOF, 0)
-            + self.proof(secret, b"master", master_nonce, slave_nonce),
+            _header(PROOF) + self.proof(secret, b"master", master_nonce, slave_nonce),
         )
 
     async def _authenticate_master(self, sock: socket.socket) -> None:
@@ -168,9 +177,7 @@ class HAAuth:
         async with asyncio.timeout(HANDSHAKE_TIMEOUT):
             master_nonce = await _read_frame(loop, sock, CHALLENGE, CHALLENGE_SIZE, "master")
             mine = self.proof(secret, b"slave", master_nonce, slave_nonce)
-            await send_all(
-                loop, sock, HEADER.pack(MAGIC, VERSION, RESPONSE, 0) + slave_nonce + mine
-            )
+            await send_all(loop, sock, _header(RESPONSE) + slave_nonce + mine)
             given = await _read_frame(loop, sock, PROOF, PROOF_SIZE, "master")
         wanted = self.proof(secret, b"master", master_nonce, slave_nonce)
         if not hmac.compare_digest(given, wanted):
@@ -178,6 +185,10 @@ class HAAuth:
                 "master's proof does not match (a different haAuthSecretFile secret or "
                 "brokerName): not replicating from it"
             )
+
+
+def _header(kind: int) -> bytes:
+    return HEADER.pack(MAGIC, VERSION, kind, 0, NOT_A_SIZE)
 
 
 async def _read_exactly(loop: asyncio.AbstractEventLoop, sock: socket.socket, size: int) -> bytes:
@@ -196,9 +207,12 @@ async def _read_exactly(loop: asyncio.AbstractEventLoop, sock: socket.socket, si
 async def _read_frame(
     loop: asyncio.AbstractEventLoop, sock: socket.socket, kind: int, size: int, peer: str
 ) -> bytes:
-    """One handshake frame of type ``kind``; its body (what follows the header)."""
-    head = await _read_exactly(loop, sock, HEADER.size)
-    magic, version, got_kind, _reserved = HEADER.unpack(head)
+    """One handshake frame of type ``kind``; its body (what follows the header).
+
+    The first 8 bytes are judged alone: a classic slave sends an 8-byte report and then waits,
+    so it is refused at once rather than after the timeout."""
+    head = await _read_exactly(loop, sock, _PREFIX.size)
+    magic, version, got_kind, _reserved = _PREFIX.unpack(head)
     if magic != MAGIC:
         raise HandshakeError(
             f"{peer} does not speak the HA handshake (first bytes {head.hex()}: "
@@ -211,4 +225,8 @@ async def _read_frame(
         raise HandshakeError(
             f"{peer} sent HA handshake frame type {got_kind}, expected {_FRAME_NAMES[kind]}"
         )
-    return await _read_exactly(loop, sock, size - HEADER.size)
+    rest = await _read_exactly(loop, sock, size - _PREFIX.size)
+    (marker,) = _MARKER.unpack_from(rest)
+    if marker != NOT_A_SIZE:
+        raise HandshakeError(f"{peer} sent a HA handshake header with {marker} for {NOT_A_SIZE}")
+    return rest[_MARKER.size :]

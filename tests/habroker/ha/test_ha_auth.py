@@ -51,6 +51,7 @@ from tests.habroker.ha.test_ha_processes import SMALL, _wait
 from tests.habroker.metricsutil import scrape
 
 REPORT = struct.Struct(">q")
+M1 = b"\x40\x00\x00\x00"  # the int32 that ends every handshake header (NOT_A_SIZE)
 SECRET = "0123456789abcdef0123456789abcdef-group-secret"
 BROKER = "broker-a"  # LocalBroker's brokerName; the proofs are bound to it
 
@@ -278,17 +279,56 @@ async def test_the_handshake_frames_on_the_wire(authed) -> None:
     top = produce(master.store, 5000)
     peer = await JavaSlaveStandIn.connect(master.config.haListenPort)
     challenge = await asyncio.wait_for(peer.reader.readexactly(CHALLENGE_SIZE), 5)
-    assert challenge[:8] == MAGIC + b"\x01\x01\x00\x00"
-    nm, ns = challenge[8:], bytes(range(32))
-    await peer.send_raw(MAGIC + b"\x01\x02\x00\x00" + ns + _proof(b"slave", nm, ns))
+    assert challenge[:12] == MAGIC + b"\x01\x01\x00\x00" + M1
+    nm, ns = challenge[12:], bytes(range(32))
+    await peer.send_raw(MAGIC + b"\x01\x02\x00\x00" + M1 + ns + _proof(b"slave", nm, ns))
     proof = await asyncio.wait_for(peer.reader.readexactly(PROOF_SIZE), 5)
-    assert proof == MAGIC + b"\x01\x03\x00\x00" + _proof(b"master", nm, ns)
-    assert RESPONSE_SIZE == 72 and HEADER.size == 8
+    assert proof == MAGIC + b"\x01\x03\x00\x00" + M1 + _proof(b"master", nm, ns)
+    assert (CHALLENGE_SIZE, RESPONSE_SIZE, PROOF_SIZE, HEADER.size) == (44, 76, 44, 12)
     await peer.report(0)
     offset, body = await peer.read_frame()
     assert offset == 0 and len(body) == top
     await wait_until(lambda: master.ha.connection_count == 1, what="slave counted")
     await peer.close()
+
+
+@pytest.mark.parametrize("file_size", [1 << 12, 1 << 16, 1 << 20, 1 << 30])
+async def test_a_classic_slave_never_takes_the_challenge_for_data(authed, file_size: int) -> None:
+    """What a classic slave does with the CHALLENGE: read as a transfer header it claims a body
+    of 1 GiB, which habroker's check refuses whatever the nonce and the file size (a Java slave
+    waits for it until the master closes: tests/interop, test_habroker_java_clients)."""
+    from habroker.ha.protocol import HEADER as TRANSFER
+    from habroker.ha.protocol import ProtocolError, check_header
+
+    master = await authed("master")
+    for _ in range(5):
+        peer = await JavaSlaveStandIn.connect(master.config.haListenPort)
+        challenge = await asyncio.wait_for(peer.reader.readexactly(CHALLENGE_SIZE), 5)
+        offset, size = TRANSFER.unpack_from(challenge)
+        assert size == 1 << 30
+        with pytest.raises(ProtocolError):
+            check_header(offset, size, 0, file_size)
+        await peer.close()
+
+
+async def test_refusals_are_logged_at_most_once_a_second(authed, caplog) -> None:
+    """A refused Java slave reconnects at once, hundreds of times a second: every refusal is
+    counted, but the log gets the first line and then at most one a second with a count."""
+    caplog.set_level(logging.WARNING, logger="habroker.ha")
+    master = await authed("master")
+    started = time.monotonic()
+    for _ in range(60):
+        peer = await JavaSlaveStandIn.connect(master.config.haListenPort)
+        await peer.report(0)
+        assert await peer.closed_by_peer(within=HANDSHAKE_TIMEOUT - 1)
+        await peer.close()
+    await wait_until(lambda: master.ha.auth is not None and master.ha.auth.refused == 60)
+    took = time.monotonic() - started
+    lines = [r.getMessage() for r in caplog.records if "HA handshake refused" in r.getMessage()]
+    assert 1 <= len(lines) <= took + 2, (took, lines)
+    assert lines[0].startswith("HA connection from slave 127.0.0.1:")
+    if len(lines) > 1:
+        assert "more refused at the handshake since the last such line" in lines[-1]
 
 
 async def test_a_silent_peer_is_closed_after_the_timeout(authed) -> None:
@@ -333,14 +373,15 @@ async def test_slave_refuses_a_forged_master(authed, caplog, forgery: str) -> No
         writer.write(struct.pack(">qi", 0, 4) + b"evil")
     else:
         nm = bytes(32)
-        writer.write(MAGIC + b"\x01\x01\x00\x00" + nm)
+        writer.write(MAGIC + b"\x01\x01\x00\x00" + M1 + nm)
         response = await asyncio.wait_for(reader.readexactly(RESPONSE_SIZE), 5)
-        ns = response[8:40]
+        assert response[:12] == MAGIC + b"\x01\x02\x00\x00" + M1
+        ns = response[12:44]
         if forgery == "wrong-proof":
             mac = _proof(b"master", nm, ns, secret="not-the-groups-secret-at-all")
         else:  # a proof the real master gave for other nonces
             mac = _proof(b"master", nm, bytes(32))
-        writer.write(MAGIC + b"\x01\x03\x00\x00" + mac)
+        writer.write(MAGIC + b"\x01\x03\x00\x00" + M1 + mac)
     await writer.drain()
     try:  # EOF (or a reset: our frame was unread): the slave closed, reported nothing
         rest = await asyncio.wait_for(reader.read(), 10)
