@@ -109,7 +109,7 @@ class HAService:
 
     def log_auth_refusal(self, address: str, reason: str) -> None:
         """A connection closed at the handshake: the first one logged, then at most a line a
-        second (a Java slave refused this way reconnects at once, hundreds of times a second)."""
+        second: a refused peer may reconnect at once, over and over (a classic slave or a scanner)."""
         self._auth_unlogged += 1
         now = time.monotonic()
         if now - self._auth_logged_at < _REFUSED_LOG_INTERVAL:

@@ -312,8 +312,8 @@ async def test_a_classic_slave_never_takes_the_challenge_for_data(authed, file_s
 
 
 async def test_refusals_are_logged_at_most_once_a_second(authed, caplog) -> None:
-    """A refused Java slave reconnects at once, hundreds of times a second: every refusal is
-    counted, but the log gets the first line and then at most one a second with a count."""
+    """A refused peer may reconnect at once, over and over: every refusal is counted, but the
+    log gets the first line and then at most one a second with a count."""
     caplog.set_level(logging.WARNING, logger="habroker.ha")
     master = await authed("master")
     started = time.monotonic()
