@@ -23,7 +23,7 @@ from habroker.dledger.dledger_server import NotLeader
 from habroker.dledger.message_store import DLedgerMessageStore
 from habroker.dledger.protocol import DLedgerResponseCode
 from habroker.dledger_role_change import DLedgerRoleChangeHandler
-from habroker.ha import HAClient, HAService
+from habroker.ha import HAAuth, HAClient, HAService
 from habroker.metadata import (
     ConsumerOffsetManager,
     DelayOffsetManager,
@@ -79,6 +79,10 @@ class BrokerController:
         self.config = config
         # read first: a broker whose admin token cannot be read refuses to start
         self.admin_token = AdminToken(config.adminTokenFile) if config.adminTokenFile else None
+        #: haAuthSecretFile: the authenticated HA handshake (a bad file: no start either)
+        self.ha_auth = (
+            HAAuth(config.haAuthSecretFile, config.brokerName) if config.haAuthSecretFile else None
+        )
         self.dledger_store: DLedgerMessageStore | None = None
         self.dledger_roles: DLedgerRoleChangeHandler | None = None
         if config.enableDLegerCommitLog:
@@ -202,7 +206,7 @@ class BrokerController:
 
     # -- role parts (started at startup, swapped by ReplicasManager at runtime) -------------
     async def start_master(self) -> None:
-        self.ha_service = HAService(self.config, self.store)
+        self.ha_service = HAService(self.config, self.store, self.ha_auth)
         await self.ha_service.start()
         self.schedule.start()  # RocketMQ: delayed delivery runs on the master only
 
@@ -214,7 +218,9 @@ class BrokerController:
             self.ha_service = None
 
     async def start_slave(self) -> None:
-        self.ha_client = HAClient(self.config, self.store, self.replicas.check_history)
+        self.ha_client = HAClient(
+            self.config, self.store, self.replicas.check_history, auth=self.ha_auth
+        )
         await self.ha_client.start()
         self.master_http_address = self.config.masterHttpAddress or self._default_master_http(
             self.config.haMasterAddress

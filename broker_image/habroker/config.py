@@ -130,6 +130,10 @@ class BrokerConfig:
     # habroker: a file holding the bearer token /v1/admin/* requires (empty: no check);
     # the operator mounts it from the group's Secret (docs/security.md)
     adminTokenFile: str = ""
+    # habroker: a file holding the group's HA secret (empty: the classic, unauthenticated HA
+    # protocol, which Java brokers speak); with it, HA connections start with an HMAC
+    # challenge-response both ends must pass (docs/security.md, docs/wire-layouts.md)
+    haAuthSecretFile: str = ""
     haSyncFromLastFile: bool = False  # habroker: RocketMQ's classic rule for a new slave
     # a slave silent this long (ms) leaves the master's in-sync set (RocketMQ 5's key)
     haMaxTimeSlaveNotCatchup: int = 15000

@@ -172,6 +172,13 @@ class BrokerCollector(Collector):
             "signature, missing permission).",
             s.acl_refused,
         )
+        auth = self.broker.ha_auth
+        yield f.counter(
+            "habroker_ha_auth_refused",
+            "HA connections closed because the HA handshake failed (haAuthSecretFile: a peer "
+            "without the secret, a wrong secret, a classic peer, silence).",
+            auth.refused if auth is not None else 0,
+        )
 
     def _replicas(self, f: _Families) -> Iterator[Metric]:
         broker = self.broker

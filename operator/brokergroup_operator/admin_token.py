@@ -7,6 +7,9 @@ its RBAC on Secrets is create and patch only (it writes the group's token Secret
 broker pods mount, and can read none).  A group deleted and created again gets a new token
 (a new uid).  Without a key file the operator runs its brokers without admin authentication
 and says so at startup (development setups; the chart always sets one).
+
+The group's HA secret (the authenticated HA handshake between its brokers) is derived the same
+way over ``ha:<namespace>/<name>/<uid>``.
 """
 
 from __future__ import annotations
@@ -34,3 +37,9 @@ def load_key(path: str) -> bytes:
 
 def group_token(key: bytes, namespace: str, name: str, uid: str) -> str:
     return hmac.new(key, f"{namespace}/{name}/{uid}".encode(), hashlib.sha256).hexdigest()
+
+
+def group_ha_secret(key: bytes, namespace: str, name: str, uid: str) -> str:
+    """The group's HA secret (``haAuthSecretFile``): the same key over a different label, so it
+    never equals the admin token and one does not give away the other."""
+    return hmac.new(key, f"ha:{namespace}/{name}/{uid}".encode(), hashlib.sha256).hexdigest()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -25,7 +25,7 @@ import kopf
 from lightkube import ApiError
 
 from . import GROUP, KIND, PLURAL, VERSION, metrics
-from .admin_token import group_token, load_key
+from .admin_token import group_ha_secret, group_token, load_key
 from .brokerapi import BrokerAPI, BrokerAPIError
 from .dledger import (
     find_leader,
@@ -41,6 +41,7 @@ from .failover import FailoverController, MasterAddresses
 from .kube import Kube
 from .manifests import (
     EXTERNAL,
+    HA_SECRET_VOLUME,
     LABEL_COMPONENT,
     LABEL_GROUP,
     LABEL_MANAGED_BY,
@@ -102,6 +103,12 @@ class Runtime:
         if self.admin_key is None:
             return None
         return group_token(self.admin_key, namespace, name, uid)
+
+    def ha_secret(self, namespace: str, name: str, uid: str) -> str | None:
+        """The group's HA secret (its Secret's, which its brokers' handshake uses)."""
+        if self.admin_key is None:
+            return None
+        return group_ha_secret(self.admin_key, namespace, name, uid)
 
     def brokers_for(self, body: kopf.Body) -> BrokerAPI:
         """The broker client that sends this group's admin token."""
@@ -275,6 +282,10 @@ def broker_statefulsets(
                 None,
             ),
             members=members_of(meta, spec),
+            ha_auth=any(
+                v.get("name") == HA_SECRET_VOLUME
+                for v in ((spec.get("template") or {}).get("spec") or {}).get("volumes") or []
+            ),
         )
     }
 
@@ -388,7 +399,23 @@ def _desired(
         claim_sizes=sizes,
         dledger_size=dledger_size(group, peers, state) if group.dledger else None,
         admin_token=runtime.admin_token(group.namespace, group.name, str(owner["uid"])),
+        ha_secret=(
+            runtime.ha_secret(group.namespace, group.name, str(owner["uid"]))
+            if ha_auth_of(group, mine)
+            else None
+        ),
     )
+
+
+def ha_auth_of(group: GroupSpec, stses: Sequence[StsInfo]) -> bool:
+    """Whether the group's brokers authenticate HA connections: spec.security.haAuth when its
+    StatefulSets are created, then what they were created with. Switching a running group
+    either way cannot be rolled (a restarted slave and the old master would refuse each
+    other, and the master is restarted only while a slave is in sync), and groups created
+    before the handshake existed keep the classic protocol."""
+    if not stses:
+        return group.ha_auth
+    return all(s.ha_auth for s in stses)
 
 
 async def _apply_children(
@@ -440,6 +467,17 @@ async def reconcile(
     for warning in broker_config_warnings(group):
         kopf.warn(
             body, reason="BrokerConfigNotImplemented", message=f"spec.brokerConfig: {warning}"
+        )
+    mine = list(kwargs["broker_statefulsets"].get((namespace, name), []))
+    if not group.dledger and mine and ha_auth_of(group, mine) != group.ha_auth:
+        kopf.warn(
+            body,
+            reason="HAAuthFixedAtCreation",
+            message=(
+                f"spec.security.haAuth={str(group.ha_auth).lower()} is not applied: the group's "
+                f"brokers were created with it {'on' if ha_auth_of(group, mine) else 'off'}, and "
+                "a rolling restart cannot switch it (docs/operator.md)"
+            ),
         )
     await _apply_children(runtime, group, body, kwargs["broker_statefulsets"])
 

@@ -26,6 +26,11 @@ CONF_FILE = "broker.conf"
 #: the group's admin token Secret, mounted read-only (``adminTokenFile``; admin_token.py)
 ADMIN_DIR = "/etc/habroker-admin"
 ADMIN_KEY = "token"
+#: the group's HA secret, mounted read-only (``haAuthSecretFile``; spec.security.haAuth)
+HA_SECRET_DIR = "/etc/habroker-ha"
+HA_SECRET_KEY = "secret"
+#: the pod volume that mounts it (how the operator tells whether a StatefulSet has it)
+HA_SECRET_VOLUME = "ha-secret"
 DATA_DIR = "/data"
 STORE_DIR = "/data/store"
 CLIENT_PORT_NAME = "client"  # listenPort: RocketMQ's client port (remoting protocol)
@@ -102,6 +107,10 @@ def config_name(group: str) -> str:
 
 def admin_secret_name(group: str) -> str:
     return f"{group}-admin-token"
+
+
+def ha_secret_name(group: str) -> str:
+    return f"{group}-ha-secret"
 
 
 def client_service_name(group: str) -> str:
@@ -295,13 +304,17 @@ def config_map(
     cluster_domain: str = "cluster.local",
     members: int | None = None,
     admin: bool = False,
+    ha_auth: bool = False,
 ) -> Manifest:
     """broker.conf; a DLEDGER group's carries ``dLegerPeers`` of the membership decided so far
     (a peer started now boots with it; running peers are told by the admin API); ``admin``:
-    the brokers require the group's admin token (``admin_secret``)."""
+    the brokers require the group's admin token (``admin_secret``); ``ha_auth``: the HA
+    handshake with the group's secret (``ha_auth_secret``)."""
     extra = {"dLegerPeers": dledger_peers(spec, cluster_domain, members)} if spec.dledger else {}
     if admin:
         extra["adminTokenFile"] = f"{ADMIN_DIR}/{ADMIN_KEY}"
+    if ha_auth:
+        extra["haAuthSecretFile"] = f"{HA_SECRET_DIR}/{HA_SECRET_KEY}"
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -320,6 +333,18 @@ def admin_secret(spec: GroupSpec, owner: Mapping[str, Any], token: str) -> Manif
         "metadata": _meta(admin_secret_name(spec.name), spec, owner),
         "type": "Opaque",
         "data": {ADMIN_KEY: base64.b64encode(token.encode()).decode()},
+    }
+
+
+def ha_auth_secret(spec: GroupSpec, owner: Mapping[str, Any], secret: str) -> Manifest:
+    """The group's HA secret, which its broker pods mount (``haAuthSecretFile``); derived from
+    the operator key over another label than the admin token (admin_token.py)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(ha_secret_name(spec.name), spec, owner),
+        "type": "Opaque",
+        "data": {HA_SECRET_KEY: base64.b64encode(secret.encode()).decode()},
     }
 
 
@@ -580,11 +605,12 @@ def statefulset(
     claim_size: str | None = None,
     dledger_size: tuple[int, int] | None = None,
     admin: bool = False,
+    ha_auth: bool = False,
 ) -> Manifest:
     """Master (1 replica, brokerId 0), slaves (N replicas, brokerId ordinal+1), or a DLEDGER
     group's peers (dLegerSelfId n<ordinal>; ``dledger_size`` (members, replicas) during a
     membership change, spec.replicas for both otherwise); ``admin`` mounts the group's admin
-    token Secret.
+    token Secret, ``ha_auth`` its HA secret.
 
     updateStrategy OnDelete: the StatefulSet controller never restarts a broker by itself; the
     operator deletes outdated pods in its own order (slaves first, the master only while a slave
@@ -605,11 +631,19 @@ def statefulset(
                 "secret": {"secretName": admin_secret_name(spec.name), "defaultMode": 0o440},
             }
         )
-    template = pod_template(spec, component, cluster_domain, volumes)
-    if admin:
-        template["spec"]["containers"][0]["volumeMounts"].append(
-            {"name": "admin-token", "mountPath": ADMIN_DIR, "readOnly": True}
+    if ha_auth:
+        volumes.append(
+            {
+                "name": HA_SECRET_VOLUME,
+                "secret": {"secretName": ha_secret_name(spec.name), "defaultMode": 0o440},
+            }
         )
+    template = pod_template(spec, component, cluster_domain, volumes)
+    mounts = template["spec"]["containers"][0]["volumeMounts"]
+    if admin:
+        mounts.append({"name": "admin-token", "mountPath": ADMIN_DIR, "readOnly": True})
+    if ha_auth:
+        mounts.append({"name": HA_SECRET_VOLUME, "mountPath": HA_SECRET_DIR, "readOnly": True})
     sts_spec: dict[str, Any] = {
         "replicas": replicas,
         "serviceName": name,
@@ -746,6 +780,7 @@ def children(
     claim_sizes: Mapping[str, str] | None = None,
     dledger_size: tuple[int, int] | None = None,
     admin_token: str | None = None,
+    ha_secret: str | None = None,
 ) -> list[Manifest]:
     """Every child, in apply order (config and Services before the pods that need them).
 
@@ -754,11 +789,16 @@ def children(
     ``claim_sizes``: StatefulSet name -> the claim size it already has.
     ``dledger_size``: a DLEDGER group's (members, replicas) as its membership change has
     them (default: spec.replicas for both). ``admin_token``: the group's admin token (its
-    Secret first, so the pods that mount it never wait for it).
+    Secret first, so the pods that mount it never wait for it). ``ha_secret``: the group's HA
+    secret, for a SYNC or ASYNC group whose brokers authenticate HA connections (a DLEDGER
+    group has no HA port: it is ignored there).
     """
     sizes = claim_sizes or {}
     admin = admin_token is not None
     secrets = [admin_secret(spec, owner, admin_token)] if admin_token is not None else []
+    ha_auth = ha_secret is not None and not spec.dledger
+    if ha_secret is not None and ha_auth:
+        secrets.append(ha_auth_secret(spec, owner, ha_secret))
     if spec.dledger:
         members = dledger_size[0] if dledger_size else None
         peers = [
@@ -785,7 +825,7 @@ def children(
         return peers
     items = [
         *secrets,
-        config_map(spec, owner, cluster_domain, admin=admin),
+        config_map(spec, owner, cluster_domain, admin=admin, ha_auth=ha_auth),
         headless_service(spec, owner, MASTER),
         headless_service(spec, owner, SLAVE),
         client_service(spec, owner),
@@ -795,10 +835,22 @@ def children(
         items.append(network_policy(spec, owner))
     items += [
         statefulset(
-            spec, owner, MASTER, cluster_domain, sizes.get(master_name(spec.name)), admin=admin
+            spec,
+            owner,
+            MASTER,
+            cluster_domain,
+            sizes.get(master_name(spec.name)),
+            admin=admin,
+            ha_auth=ha_auth,
         ),
         statefulset(
-            spec, owner, SLAVE, cluster_domain, sizes.get(slave_name(spec.name)), admin=admin
+            spec,
+            owner,
+            SLAVE,
+            cluster_domain,
+            sizes.get(slave_name(spec.name)),
+            admin=admin,
+            ha_auth=ha_auth,
         ),
         pod_disruption_budget(spec, owner),
     ]

@@ -44,6 +44,9 @@ class StsInfo:
     #: a DLEDGER group's StatefulSet: the membership size the operator has decided (its
     #: annotation; None for other StatefulSets), see ``membership``
     members: int | None = None
+    #: its pod template mounts the group's HA secret (``haAuthSecretFile``): whether the group
+    #: was created with spec.security.haAuth (see ``handlers.ha_auth_of``)
+    ha_auth: bool = False
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,8 @@ RESERVED_KEYS = frozenset(
         "dLegerGroup",
         "dLegerPeers",
         "dLegerSelfId",
+        # spec.security.haAuth: the operator mounts the group's HA secret and names it
+        "haAuthSecretFile",
     }
 )
 
@@ -165,6 +167,9 @@ class GroupSpec:
     replicas: int = 3
     #: spec.ports.dledger: where each peer answers DLedger RPCs (its dLegerPeers entry)
     dledger_port: int = DLEDGER_PORT
+    #: spec.security.haAuth: the authenticated HA handshake with the group's secret (SYNC and
+    #: ASYNC groups; off for groups with Java brokers, which cannot speak it)
+    ha_auth: bool = True
     #: the BrokerGroup's ``brokergroup.io/restart`` annotation (not spec): a new value rolls
     #: every broker, see ``manifests.RESTART_ANNOTATION``
     restart: str | None = None
@@ -260,6 +265,7 @@ def parse_spec(name: str, namespace: str, spec: Mapping[str, Any]) -> GroupSpec:
         template=parse_template(spec.get("template")),
         replicas=int(_get(spec, "replicas", 3)),
         dledger_port=int(_get(ports, "dledger", DLEDGER_PORT)),
+        ha_auth=bool(_get(_get(spec, "security", {}), "haAuth", True)),
     )
     validate(group)
     return group

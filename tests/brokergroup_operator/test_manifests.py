@@ -642,3 +642,109 @@ def test_admin_tokens_differ_per_group_and_are_stable():
     assert a == group_token(key, "ns", "bg", "uid-1")
     assert len({a, group_token(key, "ns", "bg", "uid-2"), group_token(key, "ns2", "bg", "uid-1"),
                 group_token(b"x" * 32, "ns", "bg", "uid-1")}) == 4  # fmt: skip
+
+
+def test_ha_secret_is_its_own_secret_mounted_by_every_classic_broker():
+    """spec.security.haAuth (default on): the group's HA secret in Secret NAME-ha-secret, applied
+    before the pods that mount it, mounted read-only at /etc/habroker-ha and named by
+    broker.conf; the secret is in that Secret only (not the admin token's, nor any other
+    child)."""
+    token, secret = "t0k3n-" + "a" * 40, "h4-" + "b" * 40
+    group = spec()
+    assert group.ha_auth is True
+    items = m.children(group, OWNER, admin_token=token, ha_secret=secret)
+    kinds = [(i["kind"], i["metadata"]["name"]) for i in items]
+    assert kinds[:2] == [("Secret", "bg-admin-token"), ("Secret", "bg-ha-secret")]
+    ha, admin = items[1], items[0]
+    assert {k: base64.b64decode(v).decode() for k, v in ha["data"].items()} == {"secret": secret}
+    assert ha["metadata"]["ownerReferences"][0]["uid"] == "1234"
+    assert list(admin["data"]) == ["token"]
+    conf = next(i for i in items if i["kind"] == "ConfigMap")["data"]["broker.conf"]
+    assert "haAuthSecretFile=/etc/habroker-ha/secret" in conf.splitlines()
+    stses = [i for i in items if i["kind"] == "StatefulSet"]
+    assert len(stses) == 2
+    for sts in stses:
+        pod = sts["spec"]["template"]["spec"]
+        volume = next(v for v in pod["volumes"] if v["name"] == "ha-secret")
+        assert volume["secret"] == {"secretName": "bg-ha-secret", "defaultMode": 0o440}
+        assert {
+            "name": "ha-secret",
+            "mountPath": "/etc/habroker-ha",
+            "readOnly": True,
+        } in pod["containers"][0]["volumeMounts"]
+    assert secret not in json.dumps([i for i in items if i is not ha])
+    # without a secret (haAuth off, or no operator key): the classic protocol, nothing mounted
+    plain = m.children(group, OWNER, admin_token=token)
+    assert ("Secret", "bg-ha-secret") not in {(i["kind"], i["metadata"]["name"]) for i in plain}
+    assert "haAuthSecretFile" not in json.dumps(plain)
+    assert "ha-secret" not in json.dumps(plain)
+
+
+def test_dledger_groups_get_no_ha_secret():
+    """A DLEDGER group has no HA port: no Secret, no mount, no key, even if one is passed."""
+    group = parse_spec("bg", "ns", {"image": "x", "replicationMode": "DLEDGER"})
+    items = m.children(group, OWNER, admin_token="t" * 20, ha_secret="s" * 40)
+    assert "ha-secret" not in json.dumps(items)
+    assert "haAuthSecretFile" not in json.dumps(items)
+
+
+def test_spec_security_ha_auth_and_its_reserved_key():
+    assert spec().ha_auth is True
+    assert spec(security={}).ha_auth is True
+    assert spec(security={"haAuth": False}).ha_auth is False
+    with pytest.raises(SpecError, match="haAuthSecretFile"):
+        spec(brokerConfig={"haAuthSecretFile": "/tmp/x"})
+
+
+def test_ha_secret_differs_from_the_admin_token_and_is_stable():
+    from brokergroup_operator.admin_token import group_ha_secret, group_token
+
+    key = b"k" * 32
+    a = group_ha_secret(key, "ns", "bg", "uid-1")
+    assert a == group_ha_secret(key, "ns", "bg", "uid-1")
+    assert a != group_token(key, "ns", "bg", "uid-1")
+    assert len(a) == 64
+    others = {
+        group_ha_secret(key, "ns", "bg", "uid-2"),
+        group_ha_secret(key, "ns2", "bg", "uid-1"),
+        group_ha_secret(b"x" * 32, "ns", "bg", "uid-1"),
+    }
+    assert a not in others and len(others) == 3
+
+
+def test_ha_auth_is_decided_when_the_statefulsets_are_created():
+    """A new group follows spec.security.haAuth; an existing one keeps what its StatefulSets
+    were created with (switching needs every broker restarted at once, which a roll is not;
+    groups from before the handshake keep the classic protocol)."""
+    from brokergroup_operator.handlers import ha_auth_of
+    from brokergroup_operator.rolling import StsInfo
+
+    on, off = spec(), spec(security={"haAuth": False})
+    assert ha_auth_of(on, []) is True
+    assert ha_auth_of(off, []) is False
+    with_secret = [StsInfo("bg-master", ha_auth=True), StsInfo("bg-slave", ha_auth=True)]
+    without = [StsInfo("bg-master"), StsInfo("bg-slave")]
+    assert ha_auth_of(on, without) is False
+    assert ha_auth_of(off, with_secret) is True
+    assert ha_auth_of(on, with_secret) is True
+
+
+def test_the_statefulset_index_sees_the_ha_secret_mount():
+    from brokergroup_operator.handlers import broker_statefulsets
+
+    def index(sts):
+        meta = sts["metadata"]
+        (info,) = broker_statefulsets(
+            name=meta["name"],
+            namespace="ns",
+            labels=meta["labels"],
+            meta=meta,
+            spec=sts["spec"],
+            status={},
+        ).values()
+        return info
+
+    group = spec()
+    with_secret = m.statefulset(group, OWNER, m.MASTER, admin=True, ha_auth=True)
+    assert index(with_secret).ha_auth is True
+    assert index(m.statefulset(group, OWNER, m.MASTER, admin=True)).ha_auth is False

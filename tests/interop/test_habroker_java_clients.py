@@ -284,6 +284,51 @@ def test_java_slave_acks_confirm_sync_sends_on_a_habroker_sync_master(
     slave.stop()
 
 
+def test_a_habroker_master_with_the_ha_secret_refuses_a_java_slave(netns: NetNS) -> None:
+    """The interop trade-off of haAuthSecretFile (docs/security.md): a Java slave cannot answer
+    the handshake, so a master with the key refuses it and it never counts as a slave; SYNC
+    sends answer SLAVE_NOT_AVAILABLE. The CHALLENGE it reads as a transfer header makes it append
+    nothing (an earlier layout made an empty Java slave create a commit-log file at a huge
+    offset). Groups with Java brokers run without the key (the test above)."""
+    from tests.interop.rocketmq_java import BrokerSpec, JavaBroker
+
+    secret = netns.root / "ha-secret"
+    secret.write_text("a-group-secret-of-enough-bytes\n")
+    master = netns.local_broker(
+        netns.root / "habroker-master",
+        brokerRole="SYNC_MASTER",
+        mappedFileSizeCommitLog=64 * 1024 * 1024,
+        listenPort=10911,
+        fastListenPort=-1,
+        haAuthSecretFile=str(secret),
+    )
+    master.start()
+    namesrv = master.address
+    create_topic(netns, "T-auth", 2, namesrv=namesrv)
+    slave = JavaBroker(
+        netns, "4.9.7", netns.root / "java-slave",
+        BrokerSpec(broker_id=1, role="SLAVE", namesrv_addr=namesrv, listen_port=10921,
+                   extra={"mappedFileSizeCommitLog": 64 * 1024 * 1024}),
+    )  # fmt: skip
+    slave.start()
+    deadline = time.monotonic() + 60
+    # a 4.9.7 slave sends its first report only haSendHeartbeatInterval (5 s) after connecting:
+    # the master's 3 s handshake timeout closes it first
+    refused = "HA handshake refused: nothing from the slave within 3 s"
+    while time.monotonic() < deadline and refused not in master.log_path.read_text():
+        time.sleep(0.5)
+    assert refused in master.log_path.read_text(), f"{master.tail_log()}\n{slave.tail_log()}"
+    assert master.status()["master"]["connectionCount"] == 0
+    # the empty Java slave took the CHALLENGE for a transfer header and appended nothing: no
+    # commit-log file at the offset its first 8 bytes spell
+    commitlog = slave.store_dir / "commitlog"
+    files = sorted(p.name for p in commitlog.iterdir()) if commitlog.exists() else []
+    assert all(int(name) == 0 for name in files), files
+    events = produce(netns, "T-auth", "--count", "3", "--id-prefix", "a-", namesrv=namesrv)
+    assert {e["status"] for e in events_of(events, "send")} == {"SLAVE_NOT_AVAILABLE"}
+    slave.stop()
+
+
 # -- read redirection ------------------------------------------------------------------------------
 
 

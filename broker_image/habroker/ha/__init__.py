@@ -3,5 +3,6 @@
 from habroker.ha.group_transfer import GroupTransferService
 from habroker.ha.ha_client import HAClient
 from habroker.ha.ha_service import HAService
+from habroker.ha.handshake import HAAuth, HandshakeError
 
-__all__ = ["GroupTransferService", "HAClient", "HAService"]
+__all__ = ["GroupTransferService", "HAAuth", "HAClient", "HAService", "HandshakeError"]

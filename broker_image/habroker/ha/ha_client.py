@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from habroker.config import BrokerConfig, parse_host_port
+from habroker.ha.handshake import HAAuth, HandshakeError
 from habroker.ha.protocol import (
     CONNECT_TIMEOUT,
     HEADER,
@@ -56,9 +57,12 @@ class HAClient:
         config: BrokerConfig,
         store: MessageStore,
         history_check: Callable[[str], Awaitable[str | None]] | None = None,
+        auth: HAAuth | None = None,
     ) -> None:
         self.config = config
         self.store = store
+        #: haAuthSecretFile: replicate only from a master that passes the handshake
+        self.auth = auth
         #: before each connection: None to go on, else why not (see ReplicasManager)
         self.history_check = history_check
         self.master_address = config.haMasterAddress
@@ -189,6 +193,18 @@ class HAClient:
             if sock is not None:
                 sock.close()
             raise
+        if self.auth is not None:  # before the first report: nothing is read from a stranger
+            try:
+                await self.auth.authenticate_master(sock)
+            except HandshakeError as exc:
+                sock.close()
+                self.last_error = f"master {address}: {exc}"
+                log.warning("HA connection to master %s closed: %s", address, exc)
+                return False
+            except BaseException:  # cancelled mid-handshake (new address, stop)
+                sock.close()
+                raise
+            log.info("HA master %s authenticated", address)
         self.connected = True
         local = sock.getsockname()
         self.local_address = f"{local[0]}:{local[1]}"
@@ -392,4 +408,5 @@ class HAClient:
             "lastError": self.last_error,
             "masterLagBytes": max(0, self.master_max_offset_seen - top),
             "receivedBytes": self.received_bytes,
+            "authRequired": self.auth is not None,
         }

@@ -11,7 +11,10 @@ stream) and drops the connection.
 
 The first report only says where the transfer starts. The plain protocol has no
 authentication, so it proves nothing: a connection confirms replication (releases SYNC
-producers) only for bytes it has sent itself, ``(transfer_start, in_flight_end]``.
+producers) only for bytes it has sent itself, ``(transfer_start, in_flight_end]``. With
+``haAuthSecretFile`` the reader first runs the handshake (handshake.py): until the peer has
+proved it holds the group's secret nothing it sends is read as a report and nothing is
+streamed to it; a failed handshake closes the connection like any protocol error.
 
 A connection costs little until its peer speaks: one reader task with a small buffer; the
 writer task starts with the first report. Once either task ends the connection is closed at
@@ -28,6 +31,7 @@ import time
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING
 
+from habroker.ha.handshake import HandshakeError
 from habroker.ha.protocol import PeerClosed, ProtocolError, ReportReader, send_frame
 
 if TYPE_CHECKING:
@@ -59,6 +63,7 @@ class HAConnection:
         self.in_flight_end = -1  # end of the frame being sent (the most a slave can ack)
         self.sent_bytes = 0
         self.reports = 0
+        self.authenticated = False  # passed the HA handshake (haAuthSecretFile)
         self.closed = False
         self._close_reason: str | None = None
         self._close_level = logging.INFO
@@ -105,18 +110,20 @@ class HAConnection:
             # stream now. A task that swallowed its cancellation then fails on the socket.
             self.closed = True
             reason, level = self._close_reason, self._close_level
+            outcomes = [None if t.cancelled() else t.exception() for t in self._tasks if t.done()]
             if reason is None:
-                reason, level = _describe(
-                    [None if t.cancelled() else t.exception() for t in self._tasks if t.done()]
+                reason, level = _describe(outcomes)
+            if any(isinstance(o, HandshakeError) for o in outcomes):
+                self.service.log_auth_refusal(self.address, reason)  # rate-limited
+            else:
+                log.log(
+                    level,
+                    "HA connection from slave %s closed: %s (acked %d, sent %d bytes)",
+                    self.address,
+                    reason,
+                    self.ack_offset,
+                    self.sent_bytes,
                 )
-            log.log(
-                level,
-                "HA connection from slave %s closed: %s (acked %d, sent %d bytes)",
-                self.address,
-                reason,
-                self.ack_offset,
-                self.sent_bytes,
-            )
             self.service.forget(self)
             with contextlib.suppress(OSError):
                 self.sock.shutdown(socket.SHUT_RDWR)
@@ -133,6 +140,12 @@ class HAConnection:
     # -- reader: offset reports --------------------------------------------------------------
     async def _read_loop(self) -> None:
         loop = asyncio.get_running_loop()
+        auth = self.service.auth
+        if auth is not None:  # nothing is read as a report, nothing sent, before it passes
+            await auth.authenticate_slave(self.sock)
+            self.authenticated = True
+            self.last_read_at = time.monotonic()
+            log.info("HA connection from %s authenticated", self.address)
         buf = bytearray(_READ_BUFFER_SIZE)
         view = memoryview(buf)
         reader = ReportReader()
@@ -267,6 +280,7 @@ class HAConnection:
             "transferStart": self.transfer_start,
             "nextTransferOffset": self.next_transfer_offset,
             "sentBytes": self.sent_bytes,
+            "authenticated": self.authenticated,
         }
 
 

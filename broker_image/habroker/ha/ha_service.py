@@ -18,6 +18,7 @@ from habroker.config import BrokerConfig, BrokerRole
 from habroker.ha.accept_socket_service import AcceptSocketService
 from habroker.ha.group_transfer import GroupTransferService
 from habroker.ha.ha_connection import HAConnection
+from habroker.ha.handshake import HAAuth
 from habroker.store.values import PutStatus
 
 if TYPE_CHECKING:
@@ -31,11 +32,15 @@ _REFUSED_LOG_INTERVAL = 1.0  # seconds between "refused" lines during a connecti
 class HAService:
     """Accepts slaves, streams the commit log to them, and tracks what they acknowledged."""
 
-    def __init__(self, config: BrokerConfig, store: MessageStore) -> None:
+    def __init__(
+        self, config: BrokerConfig, store: MessageStore, auth: HAAuth | None = None
+    ) -> None:
         # ``config`` may be replaced by a newer copy (runtime keys such as syncFlushTimeout);
         # every use reads it afresh.
         self.config = config
         self.store = store
+        #: haAuthSecretFile: every connection must pass the handshake before its first report
+        self.auth = auth
         self.group_transfer = GroupTransferService()
         self.accept_service = AcceptSocketService(
             config.bindAddress, config.haListenPort, self._on_accept
@@ -46,6 +51,8 @@ class HAService:
         self.refused_total = 0
         self._refused_unlogged = 0
         self._refused_logged_at = -_REFUSED_LOG_INTERVAL
+        self._auth_unlogged = 0
+        self._auth_logged_at = -_REFUSED_LOG_INTERVAL
         self._housekeeping: asyncio.Task[None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -99,6 +106,23 @@ class HAService:
         )
         self._refused_logged_at = now
         self._refused_unlogged = 0
+
+    def log_auth_refusal(self, address: str, reason: str) -> None:
+        """A connection closed at the handshake: the first one logged, then at most a line a
+        second: a refused peer may reconnect at once, over and over (a classic slave or a scanner)."""
+        self._auth_unlogged += 1
+        now = time.monotonic()
+        if now - self._auth_logged_at < _REFUSED_LOG_INTERVAL:
+            return
+        more = self._auth_unlogged - 1
+        log.warning(
+            "HA connection from slave %s closed: %s%s",
+            address,
+            reason,
+            f"; {more} more refused at the handshake since the last such line" if more else "",
+        )
+        self._auth_logged_at = now
+        self._auth_unlogged = 0
 
     def forget(self, conn: HAConnection) -> None:
         """Drop a closed connection: it no longer counts as a slave or against the cap."""
@@ -214,6 +238,7 @@ class HAService:
             "closedConnectionsTotal": self.dropped_total,
             "refusedConnectionsTotal": self.refused_total,
             "maxConnections": self.config.haMaxConnections,
+            "authRequired": self.auth is not None,
             "waitingProducers": self.group_transfer.waiting,
             "syncReleasedTotal": self.group_transfer.released_total,
             "syncTimeoutTotal": self.group_transfer.timed_out_total,

@@ -108,7 +108,7 @@ children are deleted by the garbage collector, never by the operator.
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
-# each group's admin token Secret: written (server-side apply), never read
+# each group's admin token and HA secret Secrets: written (server-side apply), never read
 - apiGroups: [""]
   resources: [secrets]
   verbs: [create, patch]
@@ -126,7 +126,7 @@ children are deleted by the garbage collector, never by the operator.
 {{- end }}
 {{- end }}
 
-{{/* The operator key Secret (every group's admin token derives from it) */}}
+{{/* The operator key Secret (every group's admin token and HA secret derive from it) */}}
 {{- define "brokergroup-operator.keyName" -}}
 {{ include "brokergroup-operator.fullname" . }}-key
 {{- end }}
