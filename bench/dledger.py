@@ -2,6 +2,8 @@
 a classic SYNC master + slave.
 
     python -m bench.dledger [--rounds 4] [--quick]      (also part of `make bench`)
+    python -m bench.dledger --throughput-only           (only DLEDGER / SYNC produce, batch 32)
+    python -m bench.dledger --profile 5                 (py-spy on the leader and a follower)
 
 Real parts: three habroker processes in DLedger mode on 127.0.0.1 (``LocalDLedgerGroup``), a
 classic SYNC_MASTER + slave (``bench.servers``), and the same lean load generator
@@ -272,6 +274,56 @@ def throughput(root: Path, settings: common.Settings, batch: int = 32) -> list[d
     return cells
 
 
+def profile(root: Path, seconds: float, producers: int, batch: int = 32) -> list[Path]:
+    """py-spy samples of the leader and a follower under the throughput load (``pip install
+    py-spy``); summaries written to ``bench/results/profile_dledger_b<batch>_p<n>_<role>.txt``."""
+    import shutil
+    import subprocess
+    import sys
+
+    from bench.profile import summarize
+
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    settings = common.Settings(duration=seconds + 1.0, warmup=0.5)
+    group = start_group(root)
+    written: list[Path] = []
+    try:
+        leader = group.leader()
+        follower = next(p for p in group.peers if p is not leader)
+        raws = {"leader": root / "leader.txt", "follower": root / "follower.txt"}
+        spies = []
+        for role, peer in (("leader", leader), ("follower", follower)):
+            assert peer.proc is not None
+            cmd = [spy, "record", "-p", str(peer.proc.pid), "-d", str(int(seconds))]
+            cmd += ["-r", "250", "-f", "raw", "--nonblocking", "-o", str(raws[role])]
+            spies.append(
+                subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            )
+        try:
+            port = int(leader.config["httpListenPort"])
+            result = loadgen.run(_job(port, batch, producers, settings))
+        finally:
+            for proc in spies:
+                try:
+                    proc.wait(seconds + 30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        for role, raw in raws.items():
+            if not raw.exists():
+                continue
+            path = common.RESULTS_DIR / f"profile_dledger_b{batch}_p{producers}_{role}.txt"
+            head = (
+                f"habroker DLEDGER {role}, produce batch {batch}, {producers} producer(s), "
+                f"1 KiB bodies: {result['msgs_per_s']:,.0f} msgs/s while sampled (py-spy, 250 Hz)\n"
+            )
+            path.write_text(head + summarize(raw, top=80))
+            written.append(path)
+    finally:
+        group.stop()
+    return written
+
+
 def run(settings: common.Settings, rounds: int | None = None) -> dict[str, Any]:
     rounds = rounds if rounds is not None else (1 if settings.quick else 4)
     with common.scratch_dir(settings, "dledger") as root:
@@ -313,9 +365,29 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=None, help="leader kills per timing setting")
     p.add_argument("--quick", action="store_true", help="a smoke run")
+    p.add_argument(
+        "--throughput-only",
+        action="store_true",
+        help="only DLEDGER / classic SYNC produce at batch 32 (printed; no results file)",
+    )
+    p.add_argument(
+        "--profile", type=float, metavar="SECONDS", help="only py-spy the leader and a follower"
+    )
+    p.add_argument("--producers", type=int, default=1, help="with --profile")
     args = p.parse_args(argv)
     common.install_signal_handlers()
     settings = common.Settings.quick_mode() if args.quick else common.Settings()
+    if args.throughput_only or args.profile:
+        try:
+            with common.scratch_dir(settings, "dledger") as root:
+                if args.profile:
+                    for path in profile(root, args.profile, args.producers):
+                        print(f"wrote {path}")
+                else:
+                    print(json.dumps(throughput(root, settings), indent=1))
+        finally:
+            common.stop_all()
+        return 0
     try:
         result = run(settings, args.rounds)
     finally:
