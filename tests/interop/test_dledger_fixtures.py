@@ -15,7 +15,7 @@ from typing import Any, cast
 import pytest
 from habroker.dledger.entry import decode as decode_entry
 from habroker.dledger.entry import entries_json, same_entry, to_json_dict
-from habroker.dledger.entry_pusher import EntryDispatcher, EntryHandler
+from habroker.dledger.entry_pusher import EntryDispatcher, EntryHandler, PushPayload
 from habroker.dledger.leader_elector import DLedgerLeaderElector
 from habroker.dledger.member_state import MemberState, Role
 from habroker.dledger.protocol import (
@@ -314,7 +314,7 @@ def test_our_push_request(name: str) -> None:
     push_type = PushType(request["type"])
     if push_type == PushType.APPEND:
         raws = [memoryview(bytes(entry.encode())) for entry in entries]
-        dispatcher._send_append(entries[0].index, raws)
+        dispatcher._send_append(entries[0].index, PushPayload.of(raws))
     else:
         sent.append(dispatcher._request(push_type, entries[0] if entries else None))
     assert [encode(body) for body in sent] == [body_of(fixture["request"])]

@@ -45,6 +45,20 @@ class DLedgerEntry:
         if self.size < 0:
             self.size = BODY_OFFSET + len(self.body)
 
+    def header(self) -> bytes:
+        """The 48-byte header alone (the body follows it on disk)."""
+        return _HEADER.pack(
+            self.magic,
+            self.size,
+            self.index,
+            self.term,
+            self.pos,
+            self.channel,
+            self.chain_crc,
+            self.body_crc,
+            len(self.body),
+        )
+
     def encode(self) -> bytearray:
         """Header and body, ready to write at ``pos``."""
         out = bytearray(BODY_OFFSET + len(self.body))
@@ -150,17 +164,23 @@ def from_json_dict(data: Any) -> DLedgerEntry:
     if body_text and not isinstance(body_text, str):
         raise ValueError(f"entry body is base64 text, not {type(body_text).__name__}")
     body = binascii.a2b_base64(body_text) if body_text else b""  # binascii.Error: a ValueError
-    return DLedgerEntry(
-        index=json_int(data, "index", -1),
-        term=json_int(data, "term", -1),
-        body=body,
-        pos=json_int(data, "pos", -1),
-        magic=json_int(data, "magic", CURRENT_MAGIC),
-        channel=json_int(data, "channel", 0),
-        chain_crc=json_int(data, "chainCrc", 0),
-        body_crc=json_int(data, "bodyCrc", 0),
-        size=json_int(data, "size", -1),
-    )
+    values = [data.get(key, default) for key, default in _JSON_FIELDS]
+    if not all(type(v) is int for v in values):  # fastjson may quote a number: the slow path
+        values = [json_int(data, key, default) for key, default in _JSON_FIELDS]
+    index, term, pos, magic, channel, chain_crc, body_crc, size = values
+    return DLedgerEntry(index, term, body, pos, magic, channel, chain_crc, body_crc, size)
+
+
+_JSON_FIELDS = (
+    ("index", -1),
+    ("term", -1),
+    ("pos", -1),
+    ("magic", CURRENT_MAGIC),
+    ("channel", 0),
+    ("chainCrc", 0),
+    ("bodyCrc", 0),
+    ("size", -1),
+)
 
 
 def json_int(data: dict[str, Any], key: str, default: int) -> int:
