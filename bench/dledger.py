@@ -295,7 +295,7 @@ def profile(root: Path, seconds: float, producers: int, batch: int = 32) -> list
         for role, peer in (("leader", leader), ("follower", follower)):
             assert peer.proc is not None
             cmd = [spy, "record", "-p", str(peer.proc.pid), "-d", str(int(seconds))]
-            cmd += ["-r", "250", "-f", "raw", "--nonblocking", "-o", str(raws[role])]
+            cmd += ["-r", "250", "-f", "raw", "--nonblocking", "--gil", "-o", str(raws[role])]
             spies.append(
                 subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             )
