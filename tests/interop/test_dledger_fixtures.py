@@ -19,10 +19,10 @@ from habroker.dledger.entry_pusher import EntryDispatcher, EntryHandler, PushPay
 from habroker.dledger.leader_elector import DLedgerLeaderElector
 from habroker.dledger.member_state import MemberState, Role
 from habroker.dledger.protocol import (
+    ENTRIES_KEY,
     Body,
     DLedgerRequestCode,
     DLedgerResponseCode,
-    ENTRIES_KEY,
     PushType,
     VoteResult,
     base,
@@ -388,6 +388,8 @@ def test_push_decoded_in_one_pass_as_the_general_way(name: str) -> None:
     assert ENTRIES_KEY in fast
     for key in ("group", "localId", "remoteId", "leaderId", "term", "type", "commitIndex"):
         assert fast[key] == general.get(key), key
+    for key in ("entry", "batchEntry"):  # the handler refuses a COMPARE without an entry
+        assert bool(fast.get(key)) == bool(general.get(key)), key
     slow_entries = push_entries(general)
     fast_entries = push_entries(fast)
     assert len(fast_entries) == len(slow_entries)

@@ -108,22 +108,24 @@ class PushType(StrEnum):
 
 
 # -- bodies ------------------------------------------------------------------------------------
-_RAW = "\u0000raw\u0000"
+#: sorted keys, as fastjson writes a bean's fields; for bodies with pre-encoded parts
+_SORTED_ENCODER = msgspec.json.Encoder(order="sorted")
 
 
 def encode(body: Body) -> bytes:
     """fastjson's form: nulls left out, keys in name order (fastjson sorts bean fields).
-    A :class:`RawJSON` value (a push's entries) goes in as it is."""
-    raw = [v for v in body.values() if isinstance(v, RawJSON)]
-    fields = {
-        k: (_RAW if isinstance(v, RawJSON) else v) for k, v in sorted(body.items()) if v is not None
-    }
-    text = json.dumps(fields, separators=(",", ":"))
-    if raw:
-        marker = json.dumps(_RAW)
-        head, *rest = text.split(marker)
-        text = head + "".join(str.__str__(r) + tail for r, tail in zip(raw, rest, strict=True))
-    return text.encode()
+    A :class:`RawJSON` or ``msgspec.Raw`` value (a push's entries) goes in as it is."""
+    if not any(isinstance(v, RawJSON | msgspec.Raw) for v in body.values()):
+        fields = {k: v for k, v in sorted(body.items()) if v is not None}
+        return json.dumps(fields, separators=(",", ":")).encode()
+    # a push: msgspec copies the entries' JSON once, where splicing text copied it thrice
+    return _SORTED_ENCODER.encode(
+        {
+            k: msgspec.Raw(v.encode()) if isinstance(v, RawJSON) else v
+            for k, v in body.items()
+            if v is not None
+        }
+    )
 
 
 def decode(raw: bytes | bytearray | memoryview | None) -> Body:
@@ -171,6 +173,9 @@ def decode_push(raw: bytes | bytearray | memoryview | None) -> Body:
     except msgspec.MsgspecError:
         return decode(raw)
     body: Body = {name: getattr(push, name) for name in _PUSH_FIELDS}
+    # kept for their presence (a COMPARE or TRUNCATE without ``entry`` is refused); read the
+    # entries with push_entries
+    body["entry"], body["batchEntry"] = push.entry, push.batchEntry
     wire = push.batchEntry or ([push.entry] if push.entry is not None else [])
     body[ENTRIES_KEY] = [e.entry() for e in wire]
     return body
