@@ -175,6 +175,11 @@ _ENCODER = msgspec.json.Encoder()
 def entries_json(raw_entries: list[memoryview]) -> RawJSON:
     """A JSON array of entries, as :func:`to_json_dict` would encode them, straight from
     their bytes in the data files."""
+    return RawJSON(bytes(entries_raw(raw_entries)).decode("ascii"))
+
+
+def entries_raw(raw_entries: list[memoryview]) -> msgspec.Raw:
+    """:func:`entries_json` as bytes, ready to go into an encoded body."""
     wire = []
     for raw in raw_entries:
         magic, size, index, term, pos, channel, chain_crc, body_crc, body_len = _HEADER.unpack_from(
@@ -182,7 +187,7 @@ def entries_json(raw_entries: list[memoryview]) -> RawJSON:
         )
         body = bytes(raw[BODY_OFFSET : BODY_OFFSET + body_len])
         wire.append(WireEntry(body, body_crc, chain_crc, channel, index, magic, pos, size, term))
-    return RawJSON(_ENCODER.encode(wire).decode("ascii"))
+    return msgspec.Raw(_ENCODER.encode(wire))
 
 
 def from_json_dict(data: Any) -> DLedgerEntry:

@@ -23,7 +23,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from habroker.dledger.entry import DLedgerEntry, RawJSON, entries_json, same_entry
+import msgspec
+
+from habroker.dledger.entry import DLedgerEntry, entries_raw, same_entry
 from habroker.dledger.entry import decode as decode_entry
 from habroker.dledger.member_state import MemberState
 from habroker.dledger.protocol import (
@@ -96,7 +98,7 @@ class PushPayload:
     count: int
     total_size: int
     entry: DLedgerEntry | None = None
-    batch: RawJSON | None = None
+    batch: msgspec.Raw | None = None
 
     @classmethod
     def of(cls, raw: list[memoryview]) -> PushPayload:
@@ -104,7 +106,7 @@ class PushPayload:
         total = sum(len(entry) for entry in raw)
         if len(raw) == 1:
             return cls(1, total, entry=decode_entry(raw[0]))
-        return cls(len(raw), total, batch=entries_json(raw))
+        return cls(len(raw), total, batch=entries_raw(raw))
 
 
 class WaterMarks:
