@@ -226,7 +226,9 @@ class DLedgerEntryPusher:
         if not raw:
             return None
         payload = self._payloads[key] = PushPayload.of(raw)
-        while len(self._payloads) > 64:  # the oldest go: every follower is past them, or far behind
+        # the oldest go (followers in step share the newest; one far behind builds its own):
+        # at most 16 payloads of up to max_batch_bytes each are held
+        while len(self._payloads) > 16:
             del self._payloads[next(iter(self._payloads))]
         return payload
 
