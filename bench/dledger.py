@@ -2,6 +2,9 @@
 a classic SYNC master + slave.
 
     python -m bench.dledger [--rounds 4] [--quick]      (also part of `make bench`)
+    python -m bench.dledger --throughput-only           (only DLEDGER / SYNC produce, batch 32)
+    python -m bench.dledger --profile 5                 (py-spy on the leader and a follower)
+    python -m bench.dledger --cpu --producers 4         (CPU us per message of every process)
 
 Real parts: three habroker processes in DLedger mode on 127.0.0.1 (``LocalDLedgerGroup``), a
 classic SYNC_MASTER + slave (``bench.servers``), and the same lean load generator
@@ -272,6 +275,116 @@ def throughput(root: Path, settings: common.Settings, batch: int = 32) -> list[d
     return cells
 
 
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of a process so far (/proc/<pid>/stat)."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_per_message(
+    root: Path, settings: common.Settings, producers: int, batch: int = 32
+) -> dict[str, dict[str, float]]:
+    """CPU microseconds per acknowledged message of every server process (and of the load
+    generator), DLEDGER and classic SYNC alternated ``settings.reps`` times: on a shared
+    2-core machine this moves less with the other load than msgs/s does."""
+    import os
+
+    out: dict[str, dict[str, float]] = {}
+
+    def measure(label: str, port: int, procs: dict[str, Any]) -> None:
+        before = {k: _cpu_seconds(p.pid) for k, p in procs.items()}
+        t0 = os.times()
+        res = loadgen.run(_job(port, batch, producers, settings))
+        t1 = os.times()
+        n = max(res["messages"], 1)
+        row = {k: (_cpu_seconds(p.pid) - before[k]) / n * 1e6 for k, p in procs.items()}
+        row["loadgen"] = (t1.children_user + t1.children_system - t0.children_user
+                          - t0.children_system) / n * 1e6  # fmt: skip
+        row["total"] = sum(row.values())
+        row["msgs_per_s"] = res["msgs_per_s"]
+        print(f"{label}: {res['msgs_per_s']:,.0f} msgs/s; CPU us/msg "
+              + ", ".join(f"{k} {v:.1f}" for k, v in row.items() if k != "msgs_per_s"),
+              flush=True)  # fmt: skip
+        out.setdefault(label, {})
+        for k, v in row.items():
+            out[label][k] = out[label].get(k, 0.0) + v / settings.reps
+
+    with servers.habroker_group(root / "sync", "SYNC") as classic:
+        group = start_group(root / "dledger")
+        try:
+            leader = group.leader()
+            followers = [p for p in group.peers if p is not leader]
+            for rep in range(settings.reps):
+                for system in ("sync", "dledger") if rep % 2 == 0 else ("dledger", "sync"):
+                    if system == "sync":
+                        measure(
+                            "sync",
+                            int(classic.master.config["httpListenPort"]),
+                            {"master": classic.master.proc, "slave": classic.slaves[0].proc},
+                        )
+                        servers.habroker_reset(classic)
+                    else:
+                        procs = {"leader": leader.proc}
+                        procs.update({f"follower{i}": p.proc for i, p in enumerate(followers)})
+                        measure("dledger", int(leader.config["httpListenPort"]), procs)
+                        group.wait_converged(timeout=120)
+        finally:
+            group.stop()
+    return out
+
+
+def profile(root: Path, seconds: float, producers: int, batch: int = 32) -> list[Path]:
+    """py-spy samples of the leader and a follower under the throughput load (``pip install
+    py-spy``); summaries written to ``bench/results/profile_dledger_b<batch>_p<n>_<role>.txt``."""
+    import shutil
+    import subprocess
+    import sys
+
+    from bench.profile import summarize
+
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    settings = common.Settings(duration=seconds + 1.0, warmup=0.5)
+    group = start_group(root)
+    written: list[Path] = []
+    try:
+        leader = group.leader()
+        follower = next(p for p in group.peers if p is not leader)
+        raws = {"leader": root / "leader.txt", "follower": root / "follower.txt"}
+        spies = []
+        for role, peer in (("leader", leader), ("follower", follower)):
+            assert peer.proc is not None
+            cmd = [spy, "record", "-p", str(peer.proc.pid), "-d", str(int(seconds))]
+            cmd += ["-r", "250", "-f", "raw", "--nonblocking", "--gil", "-o", str(raws[role])]
+            spies.append(
+                subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            )
+        try:
+            port = int(leader.config["httpListenPort"])
+            result = loadgen.run(_job(port, batch, producers, settings))
+        finally:
+            for proc in spies:
+                try:
+                    proc.wait(seconds + 30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        for role, raw in raws.items():
+            if not raw.exists():
+                continue
+            path = common.RESULTS_DIR / f"profile_dledger_b{batch}_p{producers}_{role}.txt"
+            head = (
+                f"habroker DLEDGER {role}, produce batch {batch}, {producers} producer(s), "
+                f"1 KiB bodies: {result['msgs_per_s']:,.0f} msgs/s while sampled (py-spy, 250 Hz)\n"
+            )
+            path.write_text(head + summarize(raw, top=80))
+            written.append(path)
+    finally:
+        group.stop()
+    return written
+
+
 def run(settings: common.Settings, rounds: int | None = None) -> dict[str, Any]:
     rounds = rounds if rounds is not None else (1 if settings.quick else 4)
     with common.scratch_dir(settings, "dledger") as root:
@@ -313,9 +426,35 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=None, help="leader kills per timing setting")
     p.add_argument("--quick", action="store_true", help="a smoke run")
+    p.add_argument(
+        "--throughput-only",
+        action="store_true",
+        help="only DLEDGER / classic SYNC produce at batch 32 (printed; no results file)",
+    )
+    p.add_argument(
+        "--profile", type=float, metavar="SECONDS", help="only py-spy the leader and a follower"
+    )
+    p.add_argument(
+        "--cpu", action="store_true", help="only CPU per message of every process, both modes"
+    )
+    p.add_argument("--producers", type=int, default=1, help="with --profile or --cpu")
     args = p.parse_args(argv)
     common.install_signal_handlers()
     settings = common.Settings.quick_mode() if args.quick else common.Settings()
+    if args.throughput_only or args.profile or args.cpu:
+        try:
+            with common.scratch_dir(settings, "dledger") as root:
+                if args.cpu:
+                    result = cpu_per_message(root, settings, args.producers)
+                    print(json.dumps(result, indent=1))
+                elif args.profile:
+                    for path in profile(root, args.profile, args.producers):
+                        print(f"wrote {path}")
+                else:
+                    print(json.dumps(throughput(root, settings), indent=1))
+        finally:
+            common.stop_all()
+        return 0
     try:
         result = run(settings, args.rounds)
     finally:

@@ -126,15 +126,17 @@ def seeds_record() -> list[bytes]:
 
 # -- DLedger: RPC bodies (untrusted, from peers) and entries --------------------------------
 def fuzz_dledger_push(data: bytes) -> None:
-    try:
-        body = dledger_protocol.decode(data)
-    except ValueError:
-        return
-    try:
-        dledger_protocol.push_span(body)
-        dledger_protocol.push_entries(body)
-    except ValueError:
-        return
+    # the general decoder, and the one-pass PUSH decoder followers use (msgspec, falling back)
+    for decode in (dledger_protocol.decode, dledger_protocol.decode_push):
+        try:
+            body = decode(data)
+        except ValueError:
+            continue
+        try:
+            dledger_protocol.push_span(body)
+            dledger_protocol.push_entries(body)
+        except ValueError:
+            continue
 
 
 def seeds_dledger_push() -> list[bytes]:

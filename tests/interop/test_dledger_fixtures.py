@@ -15,10 +15,11 @@ from typing import Any, cast
 import pytest
 from habroker.dledger.entry import decode as decode_entry
 from habroker.dledger.entry import entries_json, same_entry, to_json_dict
-from habroker.dledger.entry_pusher import EntryDispatcher, EntryHandler
+from habroker.dledger.entry_pusher import EntryDispatcher, EntryHandler, PushPayload
 from habroker.dledger.leader_elector import DLedgerLeaderElector
 from habroker.dledger.member_state import MemberState, Role
 from habroker.dledger.protocol import (
+    ENTRIES_KEY,
     Body,
     DLedgerRequestCode,
     DLedgerResponseCode,
@@ -27,8 +28,10 @@ from habroker.dledger.protocol import (
     base,
     code_of,
     decode,
+    decode_push,
     encode,
     push_entries,
+    push_span,
 )
 from habroker.dledger.rpc_service import DLedgerRpcService
 
@@ -314,7 +317,7 @@ def test_our_push_request(name: str) -> None:
     push_type = PushType(request["type"])
     if push_type == PushType.APPEND:
         raws = [memoryview(bytes(entry.encode())) for entry in entries]
-        dispatcher._send_append(entries[0].index, raws)
+        dispatcher._send_append(entries[0].index, PushPayload.of(raws))
     else:
         sent.append(dispatcher._request(push_type, entries[0] if entries else None))
     assert [encode(body) for body in sent] == [body_of(fixture["request"])]
@@ -373,3 +376,47 @@ def _elector(tmp_path: Path, self_id: str, end: tuple[int, int]) -> DLedgerLeade
     peers = {peer: f"127.0.0.1:{40911 + i}" for i, peer in enumerate(PEER_IDS)}
     state = MemberState("RaftNode00", self_id, peers, tmp_path / "dledger")
     return DLedgerLeaderElector(state, DLedgerRpcService(peers, self_id), lambda: end)
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n.startswith("push-")])
+def test_push_decoded_in_one_pass_as_the_general_way(name: str) -> None:
+    """decode_push (msgspec, the follower's fast path) reads Java's pushes exactly as the
+    general decode + push_entries does: the same fields and entries, the same span."""
+    raw = body_of(load(name)["request"])
+    general = decode(raw)
+    fast = decode_push(raw)
+    assert ENTRIES_KEY in fast
+    for key in ("group", "localId", "remoteId", "leaderId", "term", "type", "commitIndex"):
+        assert fast[key] == general.get(key), key
+    for key in ("entry", "batchEntry"):  # the handler refuses a COMPARE without an entry
+        assert bool(fast.get(key)) == bool(general.get(key)), key
+    slow_entries = push_entries(general)
+    fast_entries = push_entries(fast)
+    assert len(fast_entries) == len(slow_entries)
+    for a, b in zip(fast_entries, slow_entries, strict=True):
+        assert same_entry(a, b) and (a.chain_crc, a.body_crc) == (b.chain_crc, b.body_crc)
+    assert push_span(fast) == push_span(general)
+
+
+def test_push_the_typed_decoder_refuses_goes_the_general_way() -> None:
+    """Quoted numbers are read as numbers; a null number, bad base64 or a body that is not a
+    push fall back to the general decoder and fail (or not) exactly as it does."""
+    raw = body_of(load("push-append-200")["request"])
+    body = json.loads(raw)
+    body["entry"]["index"] = str(body["entry"]["index"])
+    body["term"] = str(body["term"])
+    quoted = decode_push(json.dumps(body).encode())
+    assert quoted["term"] == int(body["term"])
+    assert push_entries(quoted)[0].index == int(body["entry"]["index"])
+    body["entry"]["pos"] = None
+    nulled = decode_push(json.dumps(body).encode())
+    assert ENTRIES_KEY not in nulled and nulled["entry"]["pos"] is None
+    body["entry"]["pos"] = 0
+    body["entry"]["body"] = "not base64!"
+    bad = decode_push(json.dumps(body).encode())
+    assert ENTRIES_KEY not in bad
+    with pytest.raises(ValueError):
+        push_entries(bad)
+    for junk in (b"", b"[1]", b"{", b'"x"'):
+        with pytest.raises(ValueError):
+            decode_push(junk)

@@ -27,6 +27,7 @@ from habroker.dledger.protocol import (
     answer,
     base,
     code_of,
+    decode_push,
 )
 from habroker.dledger.rpc_service import DLedgerRpcService
 
@@ -122,7 +123,7 @@ class DLedgerServer:
         rpc = self.rpc
         rpc.register(DLedgerRequestCode.HEART_BEAT, self._checked(self.elector.handle_heartbeat))
         rpc.register(DLedgerRequestCode.VOTE, self._checked(self.elector.handle_vote))
-        rpc.register(DLedgerRequestCode.PUSH, self._checked(self.pusher.handle_push))
+        rpc.register(DLedgerRequestCode.PUSH, self._checked(self.pusher.handle_push), decode_push)
         rpc.register(DLedgerRequestCode.LEADERSHIP_TRANSFER, self._checked(self._transfer))
         rpc.register(DLedgerRequestCode.METADATA, self._metadata)
         for code in (DLedgerRequestCode.APPEND, DLedgerRequestCode.GET, DLedgerRequestCode.PULL):

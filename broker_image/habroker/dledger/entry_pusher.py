@@ -23,7 +23,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from habroker.dledger.entry import DLedgerEntry, entries_json, same_entry
+import msgspec
+
+from habroker.dledger.entry import DLedgerEntry, entries_raw, same_entry
 from habroker.dledger.entry import decode as decode_entry
 from habroker.dledger.member_state import MemberState
 from habroker.dledger.protocol import (
@@ -85,6 +87,26 @@ class PendingAppend:
     future: asyncio.Future[Body]
     deadline: float
     pos: int
+
+
+@dataclass(frozen=True)
+class PushPayload:
+    """The entries of an APPEND from ``first``: one decoded ``entry`` or a ``batch`` (their
+    JSON, built straight from the data files).  Built once per (term, first index) and sent to
+    every follower that needs those entries."""
+
+    count: int
+    total_size: int
+    entry: DLedgerEntry | None = None
+    batch: msgspec.Raw | None = None
+
+    @classmethod
+    def of(cls, raw: list[memoryview]) -> PushPayload:
+        """From the entries' bytes as they lie in the data files."""
+        total = sum(len(entry) for entry in raw)
+        if len(raw) == 1:
+            return cls(1, total, entry=decode_entry(raw[0]))
+        return cls(len(raw), total, batch=entries_raw(raw))
 
 
 class WaterMarks:
@@ -150,6 +172,7 @@ class DLedgerEntryPusher:
         self._tasks: list[asyncio.Task[None]] = []
         self._dispatch_tasks: dict[str, asyncio.Task[None]] = {}
         self.last_quorum_index = -1
+        self._payloads: dict[tuple[int, int], PushPayload] = {}
 
     def start(self) -> None:
         for dispatcher in self.dispatchers.values():
@@ -189,6 +212,25 @@ class DLedgerEntryPusher:
         self._tasks.clear()
         self._dispatch_tasks.clear()
         self.fail_pending(RC.TERM_CHANGED)
+
+    def push_payload(self, term: int, first: int) -> PushPayload | None:
+        """The APPEND payload from ``first`` (None: nothing there yet).  A leader's entries
+        never change within its term, so followers at the same index share one payload (the
+        base64 and JSON are the most expensive part of a push)."""
+        key = (term, first)
+        payload = self._payloads.get(key)
+        if payload is not None:
+            return payload
+        cfg = self.config
+        raw = self.store.raw_entries(first, cfg.max_batch_entries, cfg.max_batch_bytes)
+        if not raw:
+            return None
+        payload = self._payloads[key] = PushPayload.of(raw)
+        # the oldest go (followers in step share the newest; one far behind builds its own):
+        # at most 16 payloads of up to max_batch_bytes each are held
+        while len(self._payloads) > 16:
+            del self._payloads[next(iter(self._payloads))]
+        return payload
 
     def wake_dispatchers(self) -> None:
         for dispatcher in self.dispatchers.values():
@@ -408,33 +450,33 @@ class EntryDispatcher:
             if index < store.ledger_begin_index:
                 self._change(-1, PushType.COMPARE)
                 return
-            raw = store.raw_entries(index, cfg.max_batch_entries, cfg.max_batch_bytes)
-            if not raw:
+            payload = self.pusher.push_payload(self.term, index)
+            if payload is None:
                 return
-            self._send_append(index, raw)
-            self.write_index += len(raw)
+            self._send_append(index, payload)
+            self.write_index += payload.count
         if _now_ms() - self.last_commit_push > 1000:
             self.last_commit_push = _now_ms()
             self._spawn(self._request(PushType.COMMIT, None), None)
 
-    def _send_append(self, first: int, raw: list[memoryview]) -> None:
-        if len(raw) == 1:  # one entry travels as ``entry``, as a Java leader sends it
-            request = self._request(PushType.APPEND, decode_entry(raw[0]))
+    def _send_append(self, first: int, payload: PushPayload) -> None:
+        if payload.entry is not None:  # one entry travels as ``entry``, as a Java leader sends it
+            request = self._request(PushType.APPEND, payload.entry)
         else:
             request = self._request(PushType.APPEND, None)
             # batchEntry and the getters Java writes beside it (PushEntryRequest)
             request.update(
-                batchEntry=entries_json(raw),
+                batchEntry=payload.batch,
                 batch=True,
-                count=len(raw),
+                count=payload.count,
                 firstEntryIndex=first,
-                lastEntryIndex=first + len(raw) - 1,
-                totalSize=sum(len(entry) for entry in raw),
+                lastEntryIndex=first + payload.count - 1,
+                totalSize=payload.total_size,
             )
-        self.inflight[first] = (_now_ms(), len(raw))
+        self.inflight[first] = (_now_ms(), payload.count)
         self.last_commit_push = _now_ms()
         self.pushes += 1
-        self._spawn(request, (first, len(raw)))
+        self._spawn(request, (first, payload.count))
 
     def _spawn(self, request: Body, span: tuple[int, int] | None) -> None:
         term = self.term

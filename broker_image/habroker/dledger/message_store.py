@@ -190,18 +190,12 @@ class DLedgerMessageStore(MessageStore):
             sys_flag=sys_flag,
             reconsume_times=reconsume_times,
         )
-        bodies = []
-        for i, entry in enumerate(entries):
-            parts, _ = encode_records(
-                plan.topic_tail,
-                queue_id,
-                [entry],
-                plan.queue_offset + i,
-                plan.shared,
-                plan.record_base,
-                0,
-            )
-            bodies.append(b"".join(parts))
+        # the records in one call (PHYSICALOFFSET is set by the append hook); 3 parts each
+        parts, _ = encode_records(
+            plan.topic_tail, queue_id, entries, plan.queue_offset, plan.shared, plan.record_base, 0
+        )
+        join = b"".join
+        bodies = [join(parts[i : i + 3]) for i in range(0, len(parts), 3)]
         appended, ack = self.dledger.append_batch(bodies, _patch_physical_offset)
         offsets = [record_offset(e.pos) for e in appended]
         acks = [ack]

@@ -335,11 +335,14 @@ class DLedgerMmapFileStore:
                         f"entry {entry.index} belongs at {entry.pos} but would land at {pos}; "
                         "do the peers share mappedFileSizeCommitLog?",
                     )
-                data = entry.encode()
                 if hook is not None:
+                    data = entry.encode()
                     hook(entry, data)
                     entry.body = bytes(data[BODY_OFFSET:])
-                chunk += data
+                    chunk += data
+                else:  # header and body straight into the chunk: no entry-sized copy between
+                    chunk += entry.header()
+                    chunk += entry.body
                 units += encode_index(pos, size, entry.magic, entry.index, entry.term)
                 rel += size
                 done.append(entry)

@@ -39,10 +39,15 @@ class DLedgerRpcService:
         self.sent = 0
         self.failed = 0
 
-    def register(self, code: DLedgerRequestCode, handler: Handler) -> None:
+    def register(
+        self,
+        code: DLedgerRequestCode,
+        handler: Handler,
+        decoder: Callable[[bytes | None], Body] = decode,
+    ) -> None:
         async def process(request: RemotingCommand, _channel: Channel) -> RemotingCommand:
             try:
-                body = decode(request.body_bytes)
+                body = decoder(request.body_bytes)
             except ValueError as exc:
                 log.warning("dledger %s: bad %s body: %s", self.self_id, code.name, exc)
                 reply: Body = {"code": int(DLedgerResponseCode.UNEXPECTED_ARGUMENT)}
