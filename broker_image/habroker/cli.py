@@ -28,7 +28,7 @@ import signal
 import ssl
 import sys
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, TextIO
 
 from habroker import __version__
@@ -66,7 +66,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"habroker: configuration error: {exc}", file=sys.stderr)
         return 2
-    return asyncio.run(_serve(config))
+    loop_factory = event_loop_factory(args.event_loop)
+    logging.getLogger("habroker").info(
+        "event loop: %s", "asyncio" if loop_factory is None else "uvloop"
+    )
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(_serve(config))
+
+
+def event_loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop factory, or None for the standard library's loop.  ``auto`` falls back
+    to asyncio quietly when uvloop is not installed; ``uvloop`` insists on it."""
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise SystemExit("habroker: --event-loop uvloop, but uvloop is not installed") from None
+        return None
+    return uvloop.new_event_loop
 
 
 async def _serve(config: BrokerConfig) -> int:
@@ -628,6 +647,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override one key"
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--event-loop",
+        default="asyncio",
+        choices=["asyncio", "uvloop", "auto"],
+        help="asyncio's event loop: the standard library's (default) or uvloop (libuv; "
+        "pip install uvloop); auto takes uvloop when it is installed. bench/event_loop.py "
+        "compares them; uvloop is not the default until a benchmark shows it faster",
+    )
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser(

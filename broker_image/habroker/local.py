@@ -80,12 +80,14 @@ class LocalBroker:
         root: Path,
         *,
         command_prefix: Sequence[str] = (),
+        serve_args: Sequence[str] = (),
         call_in: Callable[[Callable[[], Any]], Any] = _call_here,
         **config: Any,
     ) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.command_prefix = tuple(command_prefix)
+        self.serve_args = tuple(serve_args)  # more ``habroker serve`` options (--event-loop)
         self.call_in = call_in
         client, ha, http = call_in(lambda: free_ports(3))
         self.config: dict[str, Any] = {
@@ -147,6 +149,7 @@ class LocalBroker:
                     "serve",
                     "--config",
                     str(conf),
+                    *self.serve_args,
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,

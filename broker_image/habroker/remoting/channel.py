@@ -11,7 +11,7 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, cast
 
 from habroker.remoting.command import FRAME_MAX_LENGTH, BadFrame, FrameDecoder, RemotingCommand
 
@@ -51,9 +51,9 @@ class Channel(asyncio.Protocol):
 
     # -- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        transport.set_write_buffer_limits(high=HIGH_WATER)
+        # a stream transport (uvloop's are not subclasses of asyncio.Transport: no isinstance)
+        self.transport = cast(asyncio.Transport, transport)
+        self.transport.set_write_buffer_limits(high=HIGH_WATER)
         self.remote_address = _address(transport.get_extra_info("peername"))
         self.local_address = _address(transport.get_extra_info("sockname"))
 
