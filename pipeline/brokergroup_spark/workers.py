@@ -253,7 +253,7 @@ def runs_on_this_machine(master: str) -> bool:
     return all(h in names or h.startswith("127.") for h in hosts)
 
 
-def choose_worker_python(spark: Any) -> str:
+def choose_worker_python(spark: Any) -> str | None:
     """Set the session's Python worker interpreter, as the connector needs it; returns it.
 
     ``PYSPARK_PYTHON`` set: unchanged. Else ``spark.pyspark.python`` set: that (a SparkSession
@@ -261,9 +261,13 @@ def choose_worker_python(spark: Any) -> str:
     executors run on this machine: the driver's own interpreter, ``sys.executable``, which can
     import the package since the driver just did. Else (Kubernetes, YARN, a remote standalone
     cluster): unchanged — the executors' image decides, and a worker without the package fails
-    with :class:`WorkerPythonError` naming the fix.
+    with :class:`WorkerPythonError` naming the fix. A Spark Connect session has no
+    SparkContext here (the server starts its workers): None, nothing changed.
     """
-    sc = spark.sparkContext
+    try:
+        sc = spark.sparkContext
+    except Exception:  # pyspark.errors: SparkContext is not supported in Spark Connect
+        return None
     if os.environ.get("PYSPARK_PYTHON"):
         return str(sc.pythonExec)
     conf = sc.getConf().get("spark.pyspark.python")
