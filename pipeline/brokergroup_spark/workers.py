@@ -39,8 +39,6 @@ from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailable
 from pyspark.sql.types import StructType
 
 SOURCE = ("brokergroup_spark.source", "BrokerGroupDataSource")
-# what the connector imports on a worker: a worker lacking either cannot run it
-PACKAGES = ("brokergroup_spark", "habroker")
 DEFAULT_PYTHON = "python3"  # SparkContext.pythonExec when PYSPARK_PYTHON is unset
 
 
@@ -64,13 +62,12 @@ def fix_message(error: ImportError) -> str:
 
 
 def load(blob: bytes) -> Any:
-    """Unpickle the package's own objects, explaining a missing package."""
+    """Unpickle the package's own objects, explaining a missing package (or a dependency of
+    it: every import this does is the connector's)."""
     try:
         return cloudpickle.loads(blob)
     except ImportError as error:
-        if (error.name or "").split(".")[0] in PACKAGES:
-            raise WorkerPythonError(fix_message(error)) from error
-        raise
+        raise WorkerPythonError(fix_message(error)) from error
 
 
 def _source_class() -> Any:
@@ -78,9 +75,7 @@ def _source_class() -> Any:
     try:
         return getattr(importlib.import_module(module), name)
     except ImportError as error:
-        if (error.name or "").split(".")[0] in PACKAGES:
-            raise WorkerPythonError(fix_message(error)) from error
-        raise
+        raise WorkerPythonError(fix_message(error)) from error
 
 
 def _dumps(value: Any) -> bytes:
