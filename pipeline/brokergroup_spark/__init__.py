@@ -18,8 +18,18 @@ from typing import Any
 __all__ = ["register"]
 
 
-def register(spark: Any) -> None:
-    """Make ``format("brokergroup")`` available in ``spark`` (a SparkSession)."""
-    from brokergroup_spark.source import BrokerGroupDataSource
+def register(spark: Any) -> str | None:
+    """Make ``format("brokergroup")`` available in ``spark`` (a SparkSession).
 
-    spark.dataSource.register(BrokerGroupDataSource)
+    Also picks the interpreter of the session's Python workers when none was chosen
+    (:func:`brokergroup_spark.workers.choose_worker_python`: the driver's own for masters on this
+    machine, ``spark.pyspark.python`` when only that is set) and returns it (None for a Spark
+    Connect session, whose server starts the workers). A worker whose interpreter cannot
+    import the package fails with an error naming the fix (docs/spark.md, "Where the Python
+    workers run").
+    """
+    from brokergroup_spark.workers import GuardedDataSource, choose_worker_python
+
+    python = choose_worker_python(spark)
+    spark.dataSource.register(GuardedDataSource)
+    return python

@@ -8,6 +8,10 @@
     # self-contained: a local master + slave, two runs with new messages in between
     .venv/bin/python pipeline/jobs/topic_to_parquet.py --demo
 
+    # on a cluster: spark-submit it (docs/spark.md, "Submitting the example job")
+    PYSPARK_PYTHON=.venv/bin/python spark-submit --master spark://127.0.0.1:7077 \\
+        --py-files brokergroup.zip pipeline/jobs/topic_to_parquet.py --namesrv-addr ...
+
 A streaming query with ``trigger(availableNow=True)``: it reads everything up to the offsets
 present when it starts, in batches of at most ``--max-per-trigger`` messages, writes parquet, and
 stops. Spark keeps the offsets in the checkpoint, so the next run resumes exactly there: no
@@ -18,29 +22,32 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 
 def spark_session() -> Any:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    """The session: ``spark-submit``'s (its ``--master`` and ``--conf``) when submitted, else
+    ``$SPARK_MASTER`` (default ``local[2]``) from plain Python."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from brokergroup_spark import register
     from pyspark.sql import SparkSession
 
+    builder = SparkSession.builder.appName("topic-to-parquet")
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not started by spark-submit
+        builder = (
+            builder.master(os.environ.get("SPARK_MASTER", "local[2]"))
+            .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+            .config("spark.ui.enabled", "false")
+        )
     spark = (
-        SparkSession.builder.master(os.environ.get("SPARK_MASTER", "local[2]"))
-        .appName("topic-to-parquet")
-        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
+        builder.config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
+    register(spark)  # the workers' Python: the driver's own on this machine, unless chosen
     return spark
 
 

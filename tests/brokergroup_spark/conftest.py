@@ -1,7 +1,9 @@
-"""One SparkSession and one master + slave group for the whole test session.
+"""One SparkSession at a time and one master + slave group for the whole test session.
 
 Starting Spark costs 10-25 s and a broker group about a second, so tests share both and keep
-apart by topic name. Tests that damage a group (retention) start their own. Everything talks
+apart by topic name (``named``). The SparkSession runs local[2]; tests marked
+``on_local_and_cluster`` run again against a real standalone cluster (``spark_cluster``: a
+Master and two Workers). Tests that damage a group (retention) start their own. Everything talks
 RocketMQ's remoting protocol: the connector gets ``namesrvAddr`` (the group's brokers) and the
 fixtures create topics and send messages with the remoting admin and producer.
 """
@@ -9,7 +11,6 @@ fixtures create topics and send messages with the remoting admin and producer.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -17,6 +18,8 @@ from typing import Any
 import pytest
 from habroker.client import OutgoingMessage, SyncMQAdmin, SyncMQProducer
 from habroker.local import LocalGroup
+
+from tests.brokergroup_spark.cluster import QUICK_JVM, StandaloneCluster
 
 # Redirection: a backlog over 10% of 1 MiB (~100 KB of log) sends readers to the slave.
 REDIRECTING = {
@@ -29,26 +32,112 @@ REDIRECTING = {
 }
 
 
+# Tests marked with this run on both: local[2] (one JVM, Python workers beside it) and a real
+# standalone cluster (a Master and two one-core Workers, each executor its own JVM with its own
+# Python workers), where everything a task needs must travel pickled to another process.
+on_local_and_cluster = pytest.mark.parametrize("spark", ["local", "cluster"], indirect=True)
+
+
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    from brokergroup_spark import register
+def spark_cluster(
+    tmp_path_factory: pytest.TempPathFactory, _sessions: Sessions
+) -> Iterator[StandaloneCluster]:
+    """Never skipped: no Java or a cluster that does not come up fails the tests that need it."""
+    cluster = StandaloneCluster(tmp_path_factory.mktemp("spark-cluster")).start()
+    try:
+        yield cluster
+    finally:
+        if _sessions.kind == "cluster":
+            _sessions.stop()  # the application first, while its master still answers
+        cluster.stop()
+
+
+def session_builder(master: str) -> Any:
     from pyspark.sql import SparkSession
 
-    session = (
-        SparkSession.builder.master("local[2,2]")  # 2 threads; a failed task is tried twice
+    builder = (
+        SparkSession.builder.master(master)
         .appName("brokergroup-spark-tests")
-        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+        .config("spark.driver.extraJavaOptions", QUICK_JVM)
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
     )
-    session.sparkContext.setLogLevel("ERROR")
-    register(session)
-    yield session
-    session.stop()
+    if master.startswith("spark://"):
+        builder = (
+            builder.config("spark.executor.extraJavaOptions", QUICK_JVM)
+            .config("spark.executor.memory", "768m")
+            .config("spark.executor.cores", "1")
+            .config("spark.cores.max", "2")
+        )
+    return builder
+
+
+class Sessions:
+    """The one SparkSession a process may have, switched between local and cluster on demand
+    (tests are ordered so that it switches once: the cluster ones run last)."""
+
+    def __init__(self) -> None:
+        self.kind: str | None = None
+        self.session: Any = None
+
+    def get(self, kind: str, master: str) -> Any:
+        if self.kind != kind:
+            self.stop()
+            os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+            from brokergroup_spark import register
+
+            session = session_builder(master).getOrCreate()
+            session.sparkContext.setLogLevel("ERROR")
+            register(session)  # also points the Python workers at this interpreter
+            if kind == "cluster":
+                wait_for_executors(session, 2)
+            self.kind, self.session = kind, session
+        return self.session
+
+    def stop(self) -> None:
+        if self.session is not None:
+            self.session.stop()
+        self.kind = self.session = None
+
+
+def wait_for_executors(session: Any, count: int, timeout: float = 120.0) -> None:
+    """Until ``count`` executors (besides the driver) have registered with the application."""
+    wait_for(
+        lambda: session.sparkContext._jsc.sc().getExecutorMemoryStatus().size() >= count + 1,
+        timeout=timeout,
+        what=f"{count} executors",
+    )
+
+
+@pytest.fixture(scope="session")
+def _sessions() -> Iterator[Sessions]:
+    sessions = Sessions()
+    yield sessions
+    sessions.stop()
+
+
+@pytest.fixture
+def spark(request: pytest.FixtureRequest, _sessions: Sessions) -> Any:
+    """The SparkSession: local[2] by default, the standalone cluster when parametrized so."""
+    kind = getattr(request, "param", "local")
+    if kind == "cluster":
+        cluster: StandaloneCluster = request.getfixturevalue("spark_cluster")
+        return _sessions.get("cluster", cluster.url)
+    return _sessions.get("local", "local[2,2]")  # 2 threads; a failed task is tried twice
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Cluster runs last, so the process starts each kind of SparkSession once."""
+
+    def on_cluster(item: pytest.Item) -> bool:
+        callspec = getattr(item, "callspec", None)
+        return callspec is not None and callspec.params.get("spark") == "cluster"
+
+    items.sort(key=on_cluster)
 
 
 @pytest.fixture(scope="session")
@@ -59,6 +148,11 @@ def group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalGroup]:
         yield grp
     finally:
         grp.stop()
+
+
+def named(spark: Any, topic: str) -> str:
+    """``topic`` for the local session, another name for the cluster's (tests run on both)."""
+    return topic if spark.sparkContext.master.startswith("local") else f"{topic}-cluster"
 
 
 def members(group: LocalGroup) -> dict[int, str]:

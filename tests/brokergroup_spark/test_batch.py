@@ -11,6 +11,8 @@ from habroker.local import LocalGroup
 from tests.brokergroup_spark.conftest import (
     create_topic,
     message,
+    named,
+    on_local_and_cluster,
     produce,
     read,
     wait_for,
@@ -18,16 +20,18 @@ from tests.brokergroup_spark.conftest import (
 )
 
 
+@on_local_and_cluster
 def test_batch_read_returns_the_known_data_set(spark, group):
-    produce(group, "known", queues=3, per_queue=400)
-    df = read(spark, group, "known", maxRecordsPerPartition=150)
+    topic = named(spark, "known")
+    produce(group, topic, queues=3, per_queue=400)
+    df = read(spark, group, topic, maxRecordsPerPartition=150)
     assert df.rdd.getNumPartitions() == 9  # 3 queues x ceil(400 / 150)
     rows = df.collect()
     assert len(rows) == 1200
     seen = set()
     for row in rows:
-        want = message("known", row.queueId, row.queueOffset)
-        assert row.body == want.body and row.topic == "known"
+        want = message(topic, row.queueId, row.queueOffset)
+        assert row.body == want.body and row.topic == topic
         assert row.tags == want.tags and row.key == want.keys
         props = dict(row.properties)
         assert len(props.pop("UNIQ_KEY")) == 32  # the producer's message id
@@ -71,11 +75,14 @@ def pulled(broker):
         return int(admin.broker_runtime_info(broker.address)["msgGetTotalTodayNow"])
 
 
+@on_local_and_cluster
 def test_backlog_reads_are_served_by_the_slave(spark, group):
-    # ~1.5 MB of log behind the first pulls: the master redirects to brokerId 1.
-    produce(group, "backlog", queues=1, per_queue=6000, size=200)
+    # ~1.5 MB of log behind the first pulls: the master redirects to brokerId 1 (on the
+    # cluster: tasks in executor JVMs follow the redirection in their own Python workers)
+    topic = named(spark, "backlog")
+    produce(group, topic, queues=1, per_queue=6000, size=200)
     before = pulled(group.slaves[0])
-    df = read(spark, group, "backlog", consumerGroup="spark-readers")
+    df = read(spark, group, topic, consumerGroup="spark-readers")
     served = {r.brokerId: r["count"] for r in df.groupBy("brokerId").count().collect()}
     assert served.get(1, 0) > 0, served
     assert sum(served.values()) == 6000

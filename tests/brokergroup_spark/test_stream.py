@@ -3,7 +3,13 @@ rate limit per trigger, progress reported to the broker's consumer-offset table.
 
 from habroker.client import SyncMQAdmin
 
-from tests.brokergroup_spark.conftest import create_topic, produce, wait_for
+from tests.brokergroup_spark.conftest import (
+    create_topic,
+    named,
+    on_local_and_cluster,
+    produce,
+    wait_for,
+)
 
 
 def stream(spark, group, topic, **options):
@@ -27,17 +33,19 @@ def run_available_now(df, out, checkpoint):
     return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
 
 
+@on_local_and_cluster
 def test_restarted_query_resumes_without_duplicates_or_loss(spark, group, tmp_path):
-    produce(group, "resume", queues=2, per_queue=300)
+    topic = named(spark, "resume")
+    produce(group, topic, queues=2, per_queue=300)
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
     opts = {"startingOffsets": "earliest", "maxOffsetsPerTrigger": 250, "consumerGroup": "etl"}
-    batches = run_available_now(stream(spark, group, "resume", **opts), out, ckpt)
+    batches = run_available_now(stream(spark, group, topic, **opts), out, ckpt)
     assert sum(batches) == 600 and max(batches) <= 250 and len(batches) == 3
 
-    produce(group, "resume", queues=2, per_queue=200, first=300)
+    produce(group, topic, queues=2, per_queue=200, first=300)
     # startingOffsets only applies to a new query: the checkpoint wins on restart
     opts["startingOffsets"] = "latest"
-    batches = run_available_now(stream(spark, group, "resume", **opts), out, ckpt)
+    batches = run_available_now(stream(spark, group, topic, **opts), out, ckpt)
     assert sum(batches) == 400 and max(batches) <= 250
 
     rows = spark.read.parquet(str(out)).select("queueId", "queueOffset", "body").collect()
@@ -48,7 +56,7 @@ def test_restarted_query_resumes_without_duplicates_or_loss(spark, group, tmp_pa
     # The group's offsets on the broker (UPDATE_CONSUMER_OFFSET) are the end of the last batch
     # the sink committed: the end of the run; `consumer progress` (GET_CONSUME_STATS) shows them.
     with SyncMQAdmin(group.master.address) as admin:
-        progress = admin.consumer_progress("etl", "resume")
+        progress = admin.consumer_progress("etl", topic)
     table = {p.message_queue.queue_id: p.consumer_offset for p in progress}
     assert table == {0: 500, 1: 500}, table
     assert all(p.broker_offset == 500 for p in progress)

@@ -10,7 +10,13 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from tests.brokergroup_spark.conftest import create_topic, produce, read
+from tests.brokergroup_spark.conftest import (
+    create_topic,
+    named,
+    on_local_and_cluster,
+    produce,
+    read,
+)
 
 ROWS = StructType(
     [
@@ -31,8 +37,10 @@ def write(df, group, **options):
     writer.save()
 
 
+@on_local_and_cluster
 def test_batch_write_round_trip(spark, group):
-    create_topic(group, "written", 2)
+    topic = named(spark, "written")
+    create_topic(group, topic, 2)
     data = [
         (
             f"body-{i}".encode(),
@@ -44,9 +52,9 @@ def test_batch_write_round_trip(spark, group):
         )
         for i in range(300)
     ]
-    write(spark.createDataFrame(data, ROWS).repartition(3), group, topic="written", batchSize=64)
+    write(spark.createDataFrame(data, ROWS).repartition(3), group, topic=topic, batchSize=64)
     group.wait_replicated()
-    rows = read(spark, group, "written").collect()
+    rows = read(spark, group, topic).collect()
     assert len(rows) == 300
     by_body = {r.body: r for r in rows}
     for body, key, tags, props, queue, _ in data:
