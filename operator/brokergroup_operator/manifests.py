@@ -28,6 +28,9 @@ ADMIN_DIR = "/etc/habroker-admin"
 ADMIN_KEY = "token"
 #: the group's HA secret, mounted read-only (``haAuthSecretFile``; spec.security.haAuth)
 HA_SECRET_DIR = "/etc/habroker-ha"
+#: spec.security.tls's Secret (tls.crt, tls.key) and spec.security.acl's plain_acl.yml
+TLS_DIR = "/etc/habroker-tls"
+ACL_DIR = "/etc/habroker-acl"
 HA_SECRET_KEY = "secret"
 #: the pod volume that mounts it (how the operator tells whether a StatefulSet has it)
 HA_SECRET_VOLUME = "ha-secret"
@@ -239,6 +242,16 @@ def broker_properties(spec: GroupSpec) -> dict[str, str]:
     if spec.dledger:
         props["enableDLegerCommitLog"] = "true"
         props["dLegerGroup"] = spec.name
+    if spec.tls_secret:
+        # the client port speaks TLS; slaves speak it to their master's client port too
+        # (metadata sync), not verifying its certificate, as RocketMQ's clients by default
+        props["tls.server.mode"] = spec.tls_mode
+        props["tls.server.certPath"] = f"{TLS_DIR}/tls.crt"
+        props["tls.server.keyPath"] = f"{TLS_DIR}/tls.key"
+        props["tls.enable"] = "true"
+    if spec.acl_secret:
+        props["aclEnable"] = "true"
+        props["aclFile"] = f"{ACL_DIR}/{spec.acl_key}"
     return props
 
 
@@ -638,8 +651,20 @@ def statefulset(
                 "secret": {"secretName": ha_secret_name(spec.name), "defaultMode": 0o440},
             }
         )
+    user_secrets = [
+        (volume, secret, directory)
+        for volume, secret, directory in (
+            ("tls", spec.tls_secret, TLS_DIR),
+            ("acl", spec.acl_secret, ACL_DIR),
+        )
+        if secret
+    ]
+    for volume, secret, _ in user_secrets:
+        volumes.append({"name": volume, "secret": {"secretName": secret, "defaultMode": 0o440}})
     template = pod_template(spec, component, cluster_domain, volumes)
     mounts = template["spec"]["containers"][0]["volumeMounts"]
+    for volume, _, directory in user_secrets:
+        mounts.append({"name": volume, "mountPath": directory, "readOnly": True})
     if admin:
         mounts.append({"name": "admin-token", "mountPath": ADMIN_DIR, "readOnly": True})
     if ha_auth:

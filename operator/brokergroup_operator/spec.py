@@ -170,6 +170,14 @@ class GroupSpec:
     #: spec.security.haAuth: the authenticated HA handshake with the group's secret (SYNC and
     #: ASYNC groups; off for groups with Java brokers, which cannot speak it)
     ha_auth: bool = True
+    #: spec.security.tls: a kubernetes.io/tls Secret (tls.crt, tls.key; what cert-manager
+    #: writes) the brokers serve RocketMQ's client port with, and how strictly
+    tls_secret: str | None = None
+    tls_mode: str = "enforcing"
+    #: spec.security.acl: a Secret holding RocketMQ's plain_acl.yml (under ``acl_key``): the
+    #: brokers check every client request against it (aclEnable)
+    acl_secret: str | None = None
+    acl_key: str = "plain_acl.yml"
     #: the BrokerGroup's ``brokergroup.io/restart`` annotation (not spec): a new value rolls
     #: every broker, see ``manifests.RESTART_ANNOTATION``
     restart: str | None = None
@@ -226,6 +234,8 @@ def parse_spec(name: str, namespace: str, spec: Mapping[str, Any]) -> GroupSpec:
     read = _get(spec, "readPolicy", {})
     ports = _get(spec, "ports", {})
     failover = _get(spec, "failover", {})
+    security = _get(spec, "security", {})
+    tls, acl = _get(security, "tls", {}), _get(security, "acl", {})
     which = _get(read, "whichBrokerWhenConsumeSlowly", AUTO)
     if isinstance(which, str) and which != AUTO:
         which = int(which) if which.isdigit() else which
@@ -265,7 +275,11 @@ def parse_spec(name: str, namespace: str, spec: Mapping[str, Any]) -> GroupSpec:
         template=parse_template(spec.get("template")),
         replicas=int(_get(spec, "replicas", 3)),
         dledger_port=int(_get(ports, "dledger", DLEDGER_PORT)),
-        ha_auth=bool(_get(_get(spec, "security", {}), "haAuth", True)),
+        ha_auth=bool(_get(security, "haAuth", True)),
+        tls_secret=_get(tls, "secretName", None) or None,
+        tls_mode=str(_get(tls, "mode", "enforcing")),
+        acl_secret=_get(acl, "secretName", None) or None,
+        acl_key=str(_get(acl, "key", "plain_acl.yml")),
     )
     validate(group)
     return group
@@ -281,6 +295,13 @@ def validate(spec: GroupSpec) -> None:
         )
     if spec.dledger:
         _validate_dledger(spec)
+    if spec.tls_mode not in ("permissive", "enforcing"):
+        raise SpecError(
+            "spec.security.tls.mode",
+            f"{spec.tls_mode!r}: permissive (TLS and plain) or enforcing (TLS only)",
+        )
+    if not spec.acl_key or "/" in spec.acl_key:
+        raise SpecError("spec.security.acl.key", f"{spec.acl_key!r}: a key of the Secret")
     if spec.slaves < 0:
         raise SpecError("spec.slaves", "must be >= 0")
     if spec.replication_mode == "SYNC" and spec.slaves < 1:
