@@ -27,7 +27,6 @@ import asyncio
 import hashlib
 import hmac
 import logging
-import os
 import secrets
 import socket
 import struct
@@ -36,6 +35,7 @@ from pathlib import Path
 
 from habroker.config import ConfigError
 from habroker.ha.protocol import PeerClosed, ProtocolError, send_all
+from habroker.secret_file import SecretFile
 
 log = logging.getLogger(__name__)
 
@@ -83,38 +83,17 @@ class HAAuth:
     """
 
     def __init__(self, path: str | Path, broker_name: str) -> None:
-        self.path = Path(path)
+        self.file = SecretFile(path, "haAuthSecretFile", HASecretError, MIN_SECRET_SIZE)
+        self.path = self.file.path
         self.broker_name = broker_name
         self.refused = 0
-        self._stamp: tuple[int, int] | None = None
-        self._secret = b""
-        self._load()
-
-    def _load(self) -> None:
-        try:
-            st = os.stat(self.path)
-            stamp = (st.st_mtime_ns, st.st_size)
-            if stamp == self._stamp:
-                return
-            secret = self.path.read_bytes().strip()
-        except OSError as exc:
-            raise HASecretError(f"haAuthSecretFile={self.path}: {exc.strerror or exc}") from None
-        if len(secret) < MIN_SECRET_SIZE:
-            raise HASecretError(
-                f"haAuthSecretFile={self.path}: a secret of at least {MIN_SECRET_SIZE} bytes "
-                f"is needed (found {len(secret)})"
-            )
-        if self._stamp is not None:
-            log.info("HA secret re-read from %s", self.path)
-        self._stamp, self._secret = stamp, secret
 
     def secret(self) -> bytes:
         """The current secret; HandshakeError if the file went bad since startup."""
         try:
-            self._load()
+            return self.file.value()
         except HASecretError as exc:
             raise HandshakeError(f"cannot authenticate: {exc}") from None
-        return self._secret
 
     def proof(self, secret: bytes, role: bytes, master_nonce: bytes, slave_nonce: bytes) -> bytes:
         message = b"".join(
