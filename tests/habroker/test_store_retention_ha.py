@@ -10,7 +10,7 @@ from habroker.config import BrokerRole
 from habroker.message import decode_records
 from habroker.store import GetMessageStatus, MessageStore
 
-from .storeutil import FILE_SIZE, commit_log_files, entries, started
+from .storeutil import FILE_SIZE, commit_log_files, entries, settle, started
 
 BORN = ("10.0.0.9", 40001)
 
@@ -137,6 +137,7 @@ async def test_byte_identical_replica_from_regions(tmp_path):
                 offset += n
                 view = view[n:]
                 assert slave.dispatched_offset <= slave.max_phy_offset == offset
+        await settle(slave)
         assert slave.dispatched_offset == slave.max_phy_offset == master.max_phy_offset
         await master.flush()
         await slave.flush()
@@ -167,11 +168,11 @@ async def test_partial_record_waits_for_the_rest(tmp_path):
         assert region is not None
         cut = second.wrote_offset + 50
         assert slave.append_to_commit_log(0, region.view[:cut])
-        assert slave.dispatched_offset == second.wrote_offset  # stopped, not skipped
+        assert await settle(slave) == second.wrote_offset  # stopped, not skipped
         assert slave.max_offset_in_queue("T", 0) == 1
         assert slave.get_messages("T", 0, 1, 1).status is GetMessageStatus.OFFSET_OVERFLOW_ONE
         assert slave.append_to_commit_log(cut, region.view[cut:])
-        assert slave.dispatched_offset == second.next_offset
+        assert await settle(slave) == second.next_offset
         assert slave.max_offset_in_queue("T", 0) == 2
     finally:
         await master.shutdown()
@@ -214,8 +215,8 @@ async def test_slave_restart_with_partial_tail_truncates_it(tmp_path):
         assert region is not None
         cut = region.size - 30
         assert slave.append_to_commit_log(0, region.view[:cut])
-        dispatched = slave.dispatched_offset
-        assert dispatched < cut
+        dispatched = await settle(slave)
+        assert 0 < dispatched < cut
     finally:
         await master.shutdown()
         await slave.shutdown()
@@ -238,6 +239,7 @@ async def test_slave_can_start_at_a_later_file(tmp_path):
         region = master.get_commit_log_data(start)
         assert region is not None
         assert slave.append_to_commit_log(start, region.view)
+        await settle(slave)
         assert slave.min_phy_offset == start
         low = slave.min_offset_in_queue("T", 0)
         assert low > 0 and slave.max_offset_in_queue("T", 0) == master.max_offset_in_queue("T", 0)
