@@ -322,18 +322,21 @@ async def test_slave_shutdown_indexes_what_the_background_dispatch_had_not(tmp_p
     master = await started(tmp_path / "m", **big)
     slave = await started(tmp_path / "s", brokerRole=BrokerRole.SLAVE, brokerId=1, **big)
     try:
-        for i in range(1000):
+        for i in range(6000):  # ~12 MB: more slices than the stop's own turns of the loop
             master.put_messages("T", 0, entries(1, 2000, seed=i), born_host=BORN)
-        region = master.get_commit_log_data(0)
-        assert region is not None
-        assert slave.append_to_commit_log(0, region.view)
+        offset = 0
+        while offset < master.max_phy_offset:
+            region = master.get_commit_log_data(offset)
+            assert region is not None
+            assert slave.append_to_commit_log(offset, region.view)
+            offset += region.size
         assert slave.dispatched_offset < slave.max_phy_offset
     finally:
+        await slave.shutdown()  # first: the master's stop would give the dispatcher turns
         await master.shutdown()
-        await slave.shutdown()
     assert not (tmp_path / "s" / "abort").exists()  # a clean stop: everything indexed
     again = await started(tmp_path / "s", brokerRole=BrokerRole.SLAVE, brokerId=1, **big)
     try:
-        assert again.max_offset_in_queue("T", 0) == 1000
+        assert again.max_offset_in_queue("T", 0) == 6000
     finally:
         await again.shutdown()

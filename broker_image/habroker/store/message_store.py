@@ -180,15 +180,15 @@ class MessageStore:
         if not self._running:
             return
         self._running = False
-        for service in self._services:
-            await service.stop()
-        self._services = []
-        self.group_commit = None
         if self._dispatch_task is not None:
             self._dispatch_task.cancel()
             await asyncio.gather(self._dispatch_task, return_exceptions=True)
             self._dispatch_task = None
             self.reput.do_reput()  # what the background dispatch had not reached yet
+        for service in self._services:
+            await service.stop()
+        self._services = []
+        self.group_commit = None
         await self._flush_commit_log()
         await self._flush_consume_queues()
         clean = self.reput.behind() == 0
