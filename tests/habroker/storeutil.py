@@ -3,7 +3,9 @@ written from the spec tables (independent of habroker's codec)."""
 
 from __future__ import annotations
 
+import asyncio
 import struct
+import time
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +112,17 @@ async def store_holding(root: Path, records: bytes, **overrides: Any) -> None:
         assert store.dispatched_offset == len(records)
     finally:
         await store.shutdown()
+
+
+async def settle(store: MessageStore, timeout: float = 10.0) -> int:  # noqa: ASYNC109
+    """Wait until a slave store's background dispatch has indexed all it can (everything, or
+    up to a record cut in half at the tail); returns the dispatched offset."""
+    deadline = time.monotonic() + timeout
+    last = -1
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+        now = store.dispatched_offset
+        if now == store.max_phy_offset or now == last:
+            return now
+        last = now
+    raise AssertionError(f"dispatch still moving at {store.dispatched_offset} after {timeout} s")

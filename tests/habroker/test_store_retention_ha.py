@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import time
@@ -10,7 +11,7 @@ from habroker.config import BrokerRole
 from habroker.message import decode_records
 from habroker.store import GetMessageStatus, MessageStore
 
-from .storeutil import FILE_SIZE, commit_log_files, entries, started
+from .storeutil import FILE_SIZE, commit_log_files, entries, settle, started
 
 BORN = ("10.0.0.9", 40001)
 
@@ -137,6 +138,7 @@ async def test_byte_identical_replica_from_regions(tmp_path):
                 offset += n
                 view = view[n:]
                 assert slave.dispatched_offset <= slave.max_phy_offset == offset
+        await settle(slave)
         assert slave.dispatched_offset == slave.max_phy_offset == master.max_phy_offset
         await master.flush()
         await slave.flush()
@@ -167,11 +169,11 @@ async def test_partial_record_waits_for_the_rest(tmp_path):
         assert region is not None
         cut = second.wrote_offset + 50
         assert slave.append_to_commit_log(0, region.view[:cut])
-        assert slave.dispatched_offset == second.wrote_offset  # stopped, not skipped
+        assert await settle(slave) == second.wrote_offset  # stopped, not skipped
         assert slave.max_offset_in_queue("T", 0) == 1
         assert slave.get_messages("T", 0, 1, 1).status is GetMessageStatus.OFFSET_OVERFLOW_ONE
         assert slave.append_to_commit_log(cut, region.view[cut:])
-        assert slave.dispatched_offset == second.next_offset
+        assert await settle(slave) == second.next_offset
         assert slave.max_offset_in_queue("T", 0) == 2
     finally:
         await master.shutdown()
@@ -214,8 +216,8 @@ async def test_slave_restart_with_partial_tail_truncates_it(tmp_path):
         assert region is not None
         cut = region.size - 30
         assert slave.append_to_commit_log(0, region.view[:cut])
-        dispatched = slave.dispatched_offset
-        assert dispatched < cut
+        dispatched = await settle(slave)
+        assert 0 < dispatched < cut
     finally:
         await master.shutdown()
         await slave.shutdown()
@@ -238,6 +240,7 @@ async def test_slave_can_start_at_a_later_file(tmp_path):
         region = master.get_commit_log_data(start)
         assert region is not None
         assert slave.append_to_commit_log(start, region.view)
+        await settle(slave)
         assert slave.min_phy_offset == start
         low = slave.min_offset_in_queue("T", 0)
         assert low > 0 and slave.max_offset_in_queue("T", 0) == master.max_offset_in_queue("T", 0)
@@ -249,3 +252,91 @@ async def test_slave_can_start_at_a_later_file(tmp_path):
     finally:
         await master.shutdown()
         await slave.shutdown()
+
+
+async def test_slave_indexes_behind_the_append_and_readers_never_pass_the_log(tmp_path):
+    """A replicated append returns once the bytes are in the commit log; the consume-queue
+    units follow in the background. A consumer reading the slave meanwhile gets only whole
+    records that the log holds (never a unit past it), equal to the master's, and in the end
+    the queues are the master's byte for byte."""
+    big = {"mappedFileSizeCommitLog": 4 << 20}
+    master = await started(tmp_path / "m", **big)
+    slave = await started(tmp_path / "s", brokerRole=BrokerRole.SLAVE, brokerId=1, **big)
+    queues = 3
+    try:
+        for i in range(2400):  # ~5 MB: more than one file, many dispatch slices
+            master.put_messages("T", i % queues, entries(1, 2000, seed=i), born_host=BORN)
+        expected = {
+            q: [bytes(x) for x in master.get_messages("T", q, 0, 10**6, 1 << 30).record_views()]
+            for q in range(queues)
+        }
+        checks = 0
+
+        def consumer_check() -> None:
+            nonlocal checks
+            log_end = slave.max_phy_offset
+            for q in range(queues):
+                res = slave.get_messages("T", q, 0, 10**6, 1 << 30)
+                if res.status is not GetMessageStatus.FOUND:
+                    continue
+                got = [bytes(x) for x in res.record_views()]
+                assert got == expected[q][: len(got)]
+                for msg in decode_records(b"".join(got)):
+                    size = len(expected[q][msg.queue_offset])
+                    assert msg.commit_log_offset + size <= log_end
+                checks += 1
+
+        offset = 0
+        behind_seen = 0
+        while offset < master.max_phy_offset:
+            region = master.get_commit_log_data(offset)
+            assert region is not None
+            assert slave.append_to_commit_log(offset, region.view)
+            offset += region.size
+            assert slave.max_phy_offset == offset  # in the log (and so acked) at once
+            behind_seen = max(behind_seen, slave.max_phy_offset - slave.dispatched_offset)
+            consumer_check()
+            for _ in range(3):  # the HA reader's turns: the dispatcher gets one in between
+                await asyncio.sleep(0)
+                assert slave.dispatched_offset <= slave.max_phy_offset
+                consumer_check()
+        assert behind_seen > 1 << 20  # the append did not wait for the indexing
+        assert await settle(slave) == master.max_phy_offset
+        consumer_check()
+        assert checks > 10
+        for q in range(queues):
+            assert slave.max_offset_in_queue("T", q) == master.max_offset_in_queue("T", q)
+        await master.flush()
+        await slave.flush()
+        for q in range(queues):
+            m_cq = sorted((tmp_path / "m" / "consumequeue" / "T" / str(q)).iterdir())
+            s_cq = sorted((tmp_path / "s" / "consumequeue" / "T" / str(q)).iterdir())
+            assert [p.read_bytes() for p in m_cq] == [p.read_bytes() for p in s_cq]
+    finally:
+        await master.shutdown()
+        await slave.shutdown()
+
+
+async def test_slave_shutdown_indexes_what_the_background_dispatch_had_not(tmp_path):
+    big = {"mappedFileSizeCommitLog": 4 << 20}
+    master = await started(tmp_path / "m", **big)
+    slave = await started(tmp_path / "s", brokerRole=BrokerRole.SLAVE, brokerId=1, **big)
+    try:
+        for i in range(6000):  # ~12 MB: more slices than the stop's own turns of the loop
+            master.put_messages("T", 0, entries(1, 2000, seed=i), born_host=BORN)
+        offset = 0
+        while offset < master.max_phy_offset:
+            region = master.get_commit_log_data(offset)
+            assert region is not None
+            assert slave.append_to_commit_log(offset, region.view)
+            offset += region.size
+        assert slave.dispatched_offset < slave.max_phy_offset
+    finally:
+        await slave.shutdown()  # first: the master's stop would give the dispatcher turns
+        await master.shutdown()
+    assert not (tmp_path / "s" / "abort").exists()  # a clean stop: everything indexed
+    again = await started(tmp_path / "s", brokerRole=BrokerRole.SLAVE, brokerId=1, **big)
+    try:
+        assert again.max_offset_in_queue("T", 0) == 6000
+    finally:
+        await again.shutdown()

@@ -37,6 +37,14 @@ class ReputMessageService:
 
     def do_reput(self) -> int:
         """Dispatch every whole record from ``reput_from_offset`` to the readable end."""
+        return self._reput(None)
+
+    def do_reput_slice(self, budget: int) -> int:
+        """Like do_reput, but stop at the first record boundary ``budget`` bytes or more past
+        where it started (a slave's background dispatch works in slices, see MessageStore)."""
+        return self._reput(self.reput_from_offset + budget)
+
+    def _reput(self, stop: int | None) -> int:
         cl = self.commit_log
         queue = cl.queue
         dispatch = self.dispatch
@@ -59,9 +67,14 @@ class ReputMessageService:
             pos = offset - mf.file_from_offset
             if pos >= wrote:
                 return count
+            lim = wrote
+            if stop is not None:
+                if stop <= offset:
+                    return count
+                lim = min(wrote, stop - mf.file_from_offset)
             view = mf.view[:wrote]
             try:
-                while pos < wrote:
+                while pos < lim:
                     parsed = parse_record(view, pos, False, delay_levels)
                     if isinstance(parsed, tuple):
                         dispatch(parsed)

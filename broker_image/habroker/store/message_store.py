@@ -118,6 +118,9 @@ class MessageStore:
         self._new_messages: asyncio.Event | None = None
         self.last_exit_ok = True
         self._last_cq: ConsumeQueue | None = None  # dispatch fast path: batches share a queue
+        # slave: replicated bytes are indexed behind the HA reader (see append_to_commit_log)
+        self._dispatch_wanted: asyncio.Event | None = None
+        self._dispatch_task: asyncio.Task[None] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -169,12 +172,19 @@ class MessageStore:
         )
         for service in self._services:
             service.start()
+        self._dispatch_wanted = asyncio.Event()
+        self._dispatch_task = asyncio.create_task(self._dispatch_behind(), name="dispatch-behind")
 
     async def shutdown(self) -> None:
         """Stop services, flush everything, write the checkpoint, remove ``abort``."""
         if not self._running:
             return
         self._running = False
+        if self._dispatch_task is not None:
+            self._dispatch_task.cancel()
+            await asyncio.gather(self._dispatch_task, return_exceptions=True)
+            self._dispatch_task = None
+            self.reput.do_reput()  # what the background dispatch had not reached yet
         for service in self._services:
             await service.stop()
         self._services = []
@@ -374,6 +384,8 @@ class MessageStore:
         carries the producer's bits (COMPRESSED, MULTI_TAGS, ...); the address-family bits
         are the store's to set from the real addresses.
         """
+        if self.reput.reput_from_offset < self.commit_log.max_offset:
+            self.catch_up_dispatch()  # a promoted slave: queue offsets need every unit
         plan = self.plan_put(
             topic,
             queue_id,
@@ -836,14 +848,60 @@ class MessageStore:
         return self.commit_log.select_region(offset)
 
     def append_to_commit_log(self, offset: int, data: bytes | memoryview) -> bool:
-        """Slave: raw bytes at exactly the local max offset; dispatches whole records."""
+        """Slave: raw bytes at exactly the local max offset.
+
+        The bytes are in the commit log when this returns (what the slave's report acks, as
+        in RocketMQ); their consume-queue units are written behind, by ``_dispatch_behind``,
+        in slices that let the HA reader run in between: a catch-up is bound by the socket,
+        not by indexing. Units are only ever made from bytes already written, so a consumer
+        of the slave never gets one pointing past the commit log; it sees records a little
+        later than the log holds them.
+        """
         if not self._running:
             return False
         if not self.commit_log.append_raw(offset, data):
             return False
-        self.reput.do_reput()
-        self._notify()
+        if self._new_data is not None:
+            self._new_data.set()
+            self._new_data = None
+        if self._dispatch_wanted is not None:
+            self._dispatch_wanted.set()
+        else:  # not started through start(): index now
+            self.catch_up_dispatch()
         return True
+
+    def catch_up_dispatch(self) -> int:
+        """Index everything written so far, now; returns the records dispatched."""
+        count = self.reput.do_reput()
+        if count:
+            self._notify()
+        return count
+
+    async def _dispatch_behind(self) -> None:
+        """Index replicated bytes in slices of DISPATCH_SLICE, yielding after each one.
+
+        The HA reader appends up to a megabyte per turn of the event loop; a slice here is a
+        quarter of that, so while the socket has data the reader gets most of the time, and
+        while it waits for the socket the records are indexed.
+        """
+        assert self._dispatch_wanted is not None
+        wanted = self._dispatch_wanted
+        reput = self.reput
+        while True:
+            await wanted.wait()
+            wanted.clear()
+            while reput.behind() > 0:
+                before = reput.reput_from_offset
+                try:
+                    count = reput.do_reput_slice(DISPATCH_SLICE)
+                except Exception:  # a bug here must not stop indexing for good
+                    log.exception("background dispatch failed at %d", before)
+                    break
+                if count:
+                    self._notify()
+                if reput.reput_from_offset == before:
+                    break  # a record cut in half: the next append completes it
+                await asyncio.sleep(0)
 
     async def wait_for_new_data(self, offset: int, timeout: float) -> None:  # noqa: ASYNC109
         """Return once max_phy_offset > ``offset`` or ``timeout`` seconds pass."""
@@ -911,6 +969,10 @@ class MessageStore:
                 async with cq.queue.flush_lock:
                     cq.delete_expired(min_phy)
         return CleanResult(count, cl.min_offset)
+
+
+DISPATCH_SLICE = 256 << 10
+"""Bytes a slave's background dispatch indexes before letting the HA reader run again."""
 
 
 async def _wait_event(event: asyncio.Event, timeout: float) -> None:  # noqa: ASYNC109

@@ -306,6 +306,8 @@ async def test_slave_indexes_a_record_only_once_all_of_it_arrived(nodes) -> None
         writer.write(frame(0, data[:cut]))
         await writer.drain()
         assert await read_report(reader) == cut
+        await wait_until(lambda: slave.store.dispatched_offset > 0, what="first record indexed")
+        await asyncio.sleep(0.05)  # the dispatcher stays at the record cut in half
         first_record_end = slave.store.dispatched_offset
         assert 0 < first_record_end < cut
         writer.write(frame(cut, data[cut:]))
