@@ -113,6 +113,10 @@ def wait_for_executors(session: Any, count: int, timeout: float = 120.0) -> None
     )
 
 
+#: the local session's master: 2 threads; a failed task is tried twice
+LOCAL_MASTER = "local[2,2]"
+
+
 @pytest.fixture(scope="session")
 def _sessions() -> Iterator[Sessions]:
     sessions = Sessions()
@@ -127,7 +131,7 @@ def spark(request: pytest.FixtureRequest, _sessions: Sessions) -> Any:
     if kind == "cluster":
         cluster: StandaloneCluster = request.getfixturevalue("spark_cluster")
         return _sessions.get("cluster", cluster.url)
-    return _sessions.get("local", "local[2,2]")  # 2 threads; a failed task is tried twice
+    return _sessions.get("local", LOCAL_MASTER)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -224,3 +228,31 @@ def read(spark: Any, group: LocalGroup, topic: str, **options: Any) -> Any:
     for key, value in options.items():
         reader = reader.option(key, str(value))
     return reader.load()
+
+
+def stream(spark: Any, group: LocalGroup, **options: Any) -> Any:
+    """A streaming DataFrame of the group (options as the source takes them: topic, topics,
+    subscribePattern, ...)."""
+    reader = spark.readStream.format("brokergroup").option("namesrvAddr", group.namesrv_addr)
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    return reader.load()
+
+
+def available_now(df: Any, out: Any, checkpoint: Any, timeout: float = 180) -> Any:
+    """Runs ``df`` to parquet at ``out`` with an availableNow trigger; the finished query."""
+    query = (
+        df.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(timeout)
+    assert query.exception() is None, query.exception()
+    return query
+
+
+def rows_read(query: Any) -> list[int]:
+    """The input rows of each of the query's batches that read any."""
+    return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]

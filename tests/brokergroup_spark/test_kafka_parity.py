@@ -9,31 +9,16 @@ import pytest
 from brokergroup_spark.group import Group
 from habroker.client import SyncMQAdmin
 
-from tests.brokergroup_spark.conftest import create_topic, produce, read, wait_for
-
-
-def stream(spark, group, **options):
-    reader = spark.readStream.format("brokergroup").option("namesrvAddr", group.namesrv_addr)
-    for key, value in options.items():
-        reader = reader.option(key, str(value))
-    return reader.load()
-
-
-def available_now(df, out, checkpoint):
-    query = (
-        df.writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(180)
-    assert query.exception() is None, query.exception()
-    return query
-
-
-def rows_read(query):
-    return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+from tests.brokergroup_spark.conftest import (
+    LOCAL_MASTER,
+    available_now,
+    create_topic,
+    produce,
+    read,
+    rows_read,
+    stream,
+    wait_for,
+)
 
 
 def group_offsets(group, consumer_group, topic):
@@ -195,8 +180,10 @@ def _first_at_or_after(stored, queue, ms):
 
 
 @pytest.fixture(scope="module")
-def timed(spark, group):
-    """A topic written in three rounds some 300 ms apart: store times tell them apart."""
+def timed(_sessions, group):
+    """A topic written in three rounds some 300 ms apart: store times tell them apart (once per
+    module, read with the local session: ``spark`` is per test)."""
+    spark = _sessions.get("local", LOCAL_MASTER)
     for i, first in enumerate((0, 10, 20)):
         if i:
             time.sleep(0.3)

@@ -4,33 +4,19 @@ rate limit per trigger, progress reported to the broker's consumer-offset table.
 from habroker.client import SyncMQAdmin
 
 from tests.brokergroup_spark.conftest import (
+    available_now,
     create_topic,
     named,
     on_local_and_cluster,
     produce,
+    rows_read,
+    stream,
     wait_for,
 )
 
 
-def stream(spark, group, topic, **options):
-    reader = spark.readStream.format("brokergroup").option("namesrvAddr", group.namesrv_addr)
-    reader = reader.option("topic", topic)
-    for key, value in options.items():
-        reader = reader.option(key, str(value))
-    return reader.load()
-
-
 def run_available_now(df, out, checkpoint):
-    query = (
-        df.writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination(120)
-    assert query.exception() is None, query.exception()
-    return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    return rows_read(available_now(df, out, checkpoint, timeout=120))
 
 
 @on_local_and_cluster
@@ -39,13 +25,13 @@ def test_restarted_query_resumes_without_duplicates_or_loss(spark, group, tmp_pa
     produce(group, topic, queues=2, per_queue=300)
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
     opts = {"startingOffsets": "earliest", "maxOffsetsPerTrigger": 250, "consumerGroup": "etl"}
-    batches = run_available_now(stream(spark, group, topic, **opts), out, ckpt)
+    batches = run_available_now(stream(spark, group, topic=topic, **opts), out, ckpt)
     assert sum(batches) == 600 and max(batches) <= 250 and len(batches) == 3
 
     produce(group, topic, queues=2, per_queue=200, first=300)
     # startingOffsets only applies to a new query: the checkpoint wins on restart
     opts["startingOffsets"] = "latest"
-    batches = run_available_now(stream(spark, group, topic, **opts), out, ckpt)
+    batches = run_available_now(stream(spark, group, topic=topic, **opts), out, ckpt)
     assert sum(batches) == 400 and max(batches) <= 250
 
     rows = spark.read.parquet(str(out)).select("queueId", "queueOffset", "body").collect()
@@ -64,7 +50,7 @@ def test_restarted_query_resumes_without_duplicates_or_loss(spark, group, tmp_pa
 
 def test_processing_time_trigger_reads_new_messages(spark, group):
     produce(group, "live", queues=2, per_queue=50)  # before the query: skipped (latest)
-    df = stream(spark, group, "live").select("queueId", "queueOffset", "brokerId")
+    df = stream(spark, group, topic="live").select("queueId", "queueOffset", "brokerId")
     query = (
         df.writeStream.format("memory")
         .queryName("live_rows")
@@ -88,7 +74,7 @@ def test_processing_time_trigger_reads_new_messages(spark, group):
 def test_stream_picks_up_queues_added_to_the_topic(spark, group, tmp_path):
     produce(group, "grow", queues=1, per_queue=20)
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
-    df = stream(spark, group, "grow", startingOffsets="earliest")
+    df = stream(spark, group, topic="grow", startingOffsets="earliest")
     assert sum(run_available_now(df, out, ckpt)) == 20
     create_topic(group, "grow", 2)  # UPDATE_AND_CREATE_TOPIC with more queues
     produce(group, "grow", queues=2, per_queue=10, first=20)  # queue 1 gets offsets 0..9
