@@ -153,25 +153,29 @@ def _int_param(
     hi: int | None = None,
 ) -> int:
     raw = request.query.get(name)
-    if raw is None or raw == "":
+    if raw is None:
         if default is None:
             raise BrokerError("bad_request", f"query parameter {name!r} is required")
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BrokerError("bad_request", f"{name}={raw!r}: expected an integer") from None
+    value = _decimal(name, raw)
     if (lo is not None and value < lo) or (hi is not None and value > hi):
         raise BrokerError("bad_request", f"{name}={value}: must be {lo}..{hi}")
     return value
 
 
 def _path_int(request: web.Request, name: str) -> int:
-    raw = request.match_info[name]
-    try:
-        return int(raw)
-    except ValueError:
-        raise BrokerError("bad_request", f"{name}={raw!r}: expected an integer") from None
+    return _decimal(name, request.match_info[name])
+
+
+_DECIMAL = re.compile(r"-?[0-9]{1,19}")
+
+
+def _decimal(name: str, raw: str) -> int:
+    """An integer parameter as openapi.yaml has it: ASCII digits, an optional minus, nothing
+    else (Python's int() would take ' 5', '+5', '5_0' and other scripts' digits)."""
+    if not _DECIMAL.fullmatch(raw):
+        raise BrokerError("bad_request", f"{name}={raw!r}: expected an integer")
+    return int(raw)
 
 
 class ClientHungUp(Exception):

@@ -109,7 +109,8 @@ async def store_holding(root: Path, records: bytes, **overrides: Any) -> None:
     store = await started(root, brokerRole=BrokerRole.SLAVE, brokerId=1, **overrides)
     try:
         assert store.append_to_commit_log(0, records)
-        assert store.dispatched_offset == len(records)
+        # a slave indexes behind its appends (the background dispatch): wait for it
+        assert await settle(store) == len(records)
     finally:
         await store.shutdown()
 

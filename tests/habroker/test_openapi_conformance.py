@@ -60,7 +60,8 @@ def _prepared(root: Path) -> Iterator[LocalBroker]:
             "/v1/topics",
             {"topic": TOPIC, "readQueueNums": QUEUES, "writeQueueNums": QUEUES},
         )
-        broker.request("PUT", f"/v1/consumer-offsets/{GROUP}/{TOPIC}/0", {"offset": 0})
+        for queue in range(QUEUES):  # every queue a pinned request may name has an offset
+            broker.request("PUT", f"/v1/consumer-offsets/{GROUP}/{TOPIC}/{queue}", {"offset": 0})
         yield broker
 
 
