@@ -288,3 +288,16 @@ def test_consumer_offsets_out_of_range_are_refused_over_remoting(broker, offset)
     text = (broker.root / "store" / "config" / "consumerOffset.json").read_text()
     assert fastjson.loads(text)["offsetTable"] == {"t@g1": {0: 42}}, text
     assert "Traceback" not in broker.log_path.read_text()
+
+
+def test_integer_parameters_are_ascii_digits_of_any_length(broker):
+    """openapi.yaml's integers: a long offset is a valid request (nothing is found there), while
+    Python's other integer spellings (empty, '+5', '5_0', ' 5', other scripts' digits) are 400."""
+    url = f"http://{broker.http_address}/v1/topics/t/queues/0/messages?offset=1106807920186389194"
+    with urllib.request.urlopen(url + "30045696", timeout=30) as resp:
+        assert resp.status == 200 and resp.headers["X-Pull-Status"] != "FOUND"
+    for raw in ("", "%2B5", "5_0", "%205", "%D9%A3"):
+        status, body = send(broker, "GET", f"/v1/topics/t/queues/0/messages?offset={raw}", None)
+        assert (status, body["error"]) == (400, "bad_request"), (raw, body)
+    status, body = send(broker, "GET", "/v1/consumer-offsets/g/t/0_0", None)
+    assert (status, body["error"]) == (400, "bad_request"), body
