@@ -29,6 +29,23 @@ log = logging.getLogger(__name__)
 _REFUSED_LOG_INTERVAL = 1.0  # seconds between "refused" lines during a connection flood
 
 
+class _RefusalLog:
+    """At most one log line a second for a kind of refusal, counting the ones left unlogged."""
+
+    def __init__(self) -> None:
+        self._unlogged = 0
+        self._logged_at = -_REFUSED_LOG_INTERVAL
+
+    def due(self) -> int | None:
+        """None: do not log this one; else log it, and this many were refused unlogged before."""
+        self._unlogged += 1
+        now = time.monotonic()
+        if now - self._logged_at < _REFUSED_LOG_INTERVAL:
+            return None
+        more, self._unlogged, self._logged_at = self._unlogged - 1, 0, now
+        return more
+
+
 class HAService:
     """Accepts slaves, streams the commit log to them, and tracks what they acknowledged."""
 
@@ -49,10 +66,8 @@ class HAService:
         self.dropped_total = 0
         self.slave_not_available_total = 0
         self.refused_total = 0
-        self._refused_unlogged = 0
-        self._refused_logged_at = -_REFUSED_LOG_INTERVAL
-        self._auth_unlogged = 0
-        self._auth_logged_at = -_REFUSED_LOG_INTERVAL
+        self._cap_log = _RefusalLog()
+        self._auth_log = _RefusalLog()
         self._housekeeping: asyncio.Task[None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -92,37 +107,27 @@ class HAService:
     def _refuse(self, address: str, limit: int) -> None:
         """Count a refused connection; log the first one, then at most a line a second."""
         self.refused_total += 1
-        self._refused_unlogged += 1
-        now = time.monotonic()
-        if now - self._refused_logged_at < _REFUSED_LOG_INTERVAL:
-            return
-        more = self._refused_unlogged - 1
-        log.warning(
-            "HA connection from %s refused: %d connections open (haMaxConnections=%d)%s",
-            address,
-            len(self.connections),
-            limit,
-            f"; {more} more refused since the last such line" if more else "",
-        )
-        self._refused_logged_at = now
-        self._refused_unlogged = 0
+        more = self._cap_log.due()
+        if more is not None:
+            log.warning(
+                "HA connection from %s refused: %d connections open (haMaxConnections=%d)%s",
+                address,
+                len(self.connections),
+                limit,
+                f"; {more} more refused since the last such line" if more else "",
+            )
 
     def log_auth_refusal(self, address: str, reason: str) -> None:
         """A connection closed at the handshake: the first one logged, then at most a line a
         second: a refused peer may reconnect at once, over and over (a classic slave or a scanner)."""
-        self._auth_unlogged += 1
-        now = time.monotonic()
-        if now - self._auth_logged_at < _REFUSED_LOG_INTERVAL:
-            return
-        more = self._auth_unlogged - 1
-        log.warning(
-            "HA connection from slave %s closed: %s%s",
-            address,
-            reason,
-            f"; {more} more refused at the handshake since the last such line" if more else "",
-        )
-        self._auth_logged_at = now
-        self._auth_unlogged = 0
+        more = self._auth_log.due()
+        if more is not None:
+            log.warning(
+                "HA connection from slave %s closed: %s%s",
+                address,
+                reason,
+                f"; {more} more refused at the handshake since the last such line" if more else "",
+            )
 
     def forget(self, conn: HAConnection) -> None:
         """Drop a closed connection: it no longer counts as a slave or against the cap."""
