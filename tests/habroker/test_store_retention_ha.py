@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
 import time
@@ -227,6 +228,40 @@ async def test_slave_restart_with_partial_tail_truncates_it(tmp_path):
         assert again.max_phy_offset == dispatched == again.dispatched_offset
     finally:
         await again.shutdown()
+
+
+BEHIND_WARNING = "bytes behind the commit log at shutdown"
+
+
+async def test_shutdown_warning_names_the_bytes_dispatch_had_not_reached(tmp_path, caplog):
+    """The abort-file warning gives the undispatched bytes as they are at the stop (a record
+    cut in half at the slave's tail), and a store whose dispatch caught up says nothing."""
+    master = await started(tmp_path / "m")
+    slave = await slave_store(tmp_path / "s")
+    try:
+        fill(master, 20)
+        region = master.get_commit_log_data(0)
+        assert region is not None
+        cut = region.size - 30
+        assert slave.append_to_commit_log(0, region.view[:cut])
+        dispatched = await settle(slave)
+        assert 0 < dispatched < cut
+    finally:
+        with caplog.at_level(logging.WARNING, logger="habroker.store.message_store"):
+            await master.shutdown()
+            assert BEHIND_WARNING not in caplog.text  # the master's dispatch is synchronous
+            await slave.shutdown()
+    warnings = [r for r in caplog.records if BEHIND_WARNING in r.getMessage()]
+    assert len(warnings) == 1, caplog.text
+    assert warnings[0].args == (cut - dispatched,)
+    assert f"is {cut - dispatched} bytes behind" in warnings[0].getMessage()
+    assert (tmp_path / "s" / "abort").exists()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="habroker.store.message_store"):
+        again = await slave_store(tmp_path / "s")  # the torn tail is cut: nothing is behind
+        await again.shutdown()
+    assert BEHIND_WARNING not in caplog.text
+    assert not (tmp_path / "s" / "abort").exists()
 
 
 async def test_slave_can_start_at_a_later_file(tmp_path):

@@ -191,15 +191,16 @@ class MessageStore:
         self.group_commit = None
         await self._flush_commit_log()
         await self._flush_consume_queues()
-        clean = self.reput.behind() == 0
+        # measured before the files close: a closed commit log has no end to measure from
+        behind = self.reput.behind()
         self._close_files()
-        if clean:
+        if behind == 0:
             (self.root / "abort").unlink(missing_ok=True)
         else:
             log.warning(
                 "dispatch is %d bytes behind the commit log at shutdown; keeping the "
                 "abort file so the next start recovers",
-                self.reput.behind(),
+                behind,
             )
         self._release_lock()
         for event in (self._new_data, self._new_messages):
