@@ -1,7 +1,7 @@
 """habroker beside a real Apache RocketMQ broker group (Java 4.9.7) and Redis, in one run.
 
 RocketMQ 4.9 binds its listeners to 0.0.0.0 with no setting to change that, so this whole
-benchmark runs inside a private network namespace holding only ``lo`` (tests/interop's
+benchmark runs inside a private network namespace holding only ``lo`` (interop/rocketmq_java's
 :class:`NetNS`): the Java name server and brokers, habroker's master and slave, the Redis pair
 and every load generator. Nothing of it listens on the machine's own interfaces.
 
@@ -198,8 +198,8 @@ class Running:
 
 
 def _rmq() -> Any:
-    """tests/interop's RocketMQ helpers (NetNS, Java brokers, driver), imported when needed."""
-    from tests.interop import rocketmq_java
+    """interop/rocketmq_java's helpers (NetNS, Java brokers, driver), imported when needed."""
+    from interop import rocketmq_java
 
     return rocketmq_java
 

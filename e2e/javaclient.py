@@ -2,7 +2,7 @@
 
 Routes name pod addresses, which only something inside the cluster's network reaches.  On the
 local cluster that is a node's network namespace: the Java client (interop/install.sh's jars
-and driver, tests/interop/rocketmq_java.py's launcher) runs there, with the group's name-server
+and driver, interop/rocketmq_java.py's launcher) runs there, with the group's name-server
 Service's ClusterIP as ``namesrvAddr`` — kube-proxy in that namespace routes it like any
 Service.  On other clusters this is skipped (the Python remoting client in a pod covers them).
 """
