@@ -7,7 +7,9 @@ error types; any other exception escapes and atheris reports it (with the input)
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -15,6 +17,7 @@ from habroker import fastjson, wire
 from habroker.compression import CompressionType, compress
 from habroker.dledger import entry as dledger_entry
 from habroker.dledger import protocol as dledger_protocol
+from habroker.ha import handshake as ha_handshake
 from habroker.ha import protocol as ha_protocol
 from habroker.message import MAGIC_V2, decode_record, decode_records, encode_record
 from habroker.remoting.command import (
@@ -206,6 +209,71 @@ def seeds_ha_reports() -> list[bytes]:
     return [ha_protocol.REPORT.pack(0) + ha_protocol.REPORT.pack(1 << 40) + b"\x00\x01"]
 
 
+# -- the authenticated HA handshake (haAuthSecretFile): the frame reader of both ends ----------
+_HANDSHAKE_FRAMES = (
+    (ha_handshake.CHALLENGE, ha_handshake.CHALLENGE_SIZE, "master"),
+    (ha_handshake.RESPONSE, ha_handshake.RESPONSE_SIZE, "slave"),
+    (ha_handshake.PROOF, ha_handshake.PROOF_SIZE, "master"),
+)
+_HANDSHAKE_PREFIX = 8  # magic, version, type, reserved: judged before reading on
+
+
+async def _read_handshake_frame(sock: socket.socket, kind: int, size: int, peer: str) -> bytes:
+    loop = asyncio.get_running_loop()
+    async with asyncio.timeout(5):  # the peer's side is shut: waiting at all is a hang
+        return await ha_handshake._read_frame(loop, sock, kind, size, peer)
+
+
+def fuzz_ha_handshake(data: bytes) -> None:
+    """The first byte picks the frame expected (CHALLENGE, RESPONSE or PROOF); the rest is what
+    the peer wrote before shutting its side of a real socket pair. The reader returns the body
+    of a well-formed frame, raises HandshakeError for a header that is not the frame's and
+    PeerClosed when the bytes end first, and never reads past what it judged."""
+    if not data:
+        return
+    kind, size, peer = _HANDSHAKE_FRAMES[data[0] % len(_HANDSHAKE_FRAMES)]
+    stream = data[1:]
+    head = stream[:_HANDSHAKE_PREFIX]
+    prefix_ok = head[:6] == ha_handshake.MAGIC + bytes((ha_handshake.VERSION, kind))
+    marker_ok = stream[_HANDSHAKE_PREFIX : ha_handshake.HEADER.size] == (
+        ha_handshake.NOT_A_SIZE.to_bytes(4, "big")
+    )
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        ours.setblocking(False)
+        theirs.sendall(stream)
+        theirs.shutdown(socket.SHUT_WR)
+        try:
+            body = asyncio.run(_read_handshake_frame(ours, kind, size, peer))
+        except ha_protocol.PeerClosed:
+            assert len(stream) < _HANDSHAKE_PREFIX or (prefix_ok and len(stream) < size)
+            return
+        except ha_handshake.HandshakeError:
+            assert len(stream) >= _HANDSHAKE_PREFIX
+            assert not prefix_ok or (len(stream) >= size and not marker_ok)
+            consumed = size if prefix_ok else _HANDSHAKE_PREFIX
+        else:
+            assert prefix_ok and marker_ok and len(stream) >= size
+            assert body == stream[ha_handshake.HEADER.size : size]
+            consumed = size
+        ours.setblocking(True)
+        rest = bytearray()
+        while chunk := ours.recv(65536):
+            rest += chunk
+        assert rest == stream[consumed:], "the reader consumed bytes past the frame it judged"
+
+
+def seeds_ha_handshake() -> list[bytes]:
+    nonce, mac = bytes(range(32)), bytes(range(32, 64))
+    frames = [
+        ha_handshake._header(ha_handshake.CHALLENGE) + nonce,
+        ha_handshake._header(ha_handshake.RESPONSE) + nonce + mac,
+        ha_handshake._header(ha_handshake.PROOF) + mac,
+    ]
+    report = ha_protocol.REPORT.pack(1 << 20)  # what a classic slave sends instead
+    return [bytes([i]) + frame + report for i, frame in enumerate(frames)] + [b"\x01" + report]
+
+
 # -- fastjson: Java-fastjson bodies from brokers and name servers ------------------------------
 def fuzz_fastjson(data: bytes) -> None:
     try:
@@ -269,6 +337,12 @@ TARGETS: dict[str, Target] = {
             "habroker.ha.protocol.ReportReader.feed (never raises)",
             fuzz_ha_reports,
             seeds_ha_reports,
+        ),
+        Target(
+            "ha_handshake",
+            "habroker.ha.handshake._read_frame over a socket pair (HandshakeError, PeerClosed)",
+            fuzz_ha_handshake,
+            seeds_ha_handshake,
         ),
         Target("fastjson", "habroker.fastjson.loads (ValueError)", fuzz_fastjson, seeds_fastjson),
     )
