@@ -9,7 +9,12 @@ import struct
 from pathlib import Path
 
 import pytest
-from habroker.dledger.commit_log import DLedgerCommitLog, DLedgerReput
+from habroker.dledger.commit_log import (
+    PARTS_PER_ENTRY,
+    DLedgerCommitLog,
+    DLedgerReput,
+    encode_entries,
+)
 from habroker.dledger.entry import (
     BODY_OFFSET,
     INDEX_UNIT_SIZE,
@@ -17,12 +22,15 @@ from habroker.dledger.entry import (
     decode,
     entries_json,
     from_json_dict,
+    same_entry,
     to_json_dict,
 )
 from habroker.dledger.message_store import _patch_physical_offset
 from habroker.dledger.mmap_file_store import DLedgerMmapFileStore, DLedgerStoreError
 from habroker.dledger.protocol import encode
 from habroker.message import encode_record, parse_record
+from habroker.store.commit_log import encode_records
+from habroker.store.values import BatchEntry
 
 FILE = 4096
 
@@ -237,3 +245,73 @@ def test_dispatch_walks_the_files_across_blanks_as_an_index_lookup_would(tmp_pat
     # (start_after resumes at the last covered entry; the consume queue drops that duplicate)
     assert [d for d in dispatched if d[2] >= covered_end] == expected[30:]
     assert len(dispatched) - len(expected[30:]) <= 1
+
+
+def _leader_batches() -> list[list[BatchEntry]]:
+    """Batches of records of uneven sizes, some with properties, enough to cross files."""
+    batches = []
+    for b in range(6):
+        batch = []
+        for i in range(1 + 7 * (b % 3)):
+            props = b"KEYS\x01k%d\x02" % i if i % 3 == 0 else b""
+            batch.append(BatchEntry(i % 2, bytes([b * 16 + i]) * (90 + 53 * ((b + i) % 5)), props))
+        batches.append(batch)
+    return batches
+
+
+def test_entries_encoded_in_one_pass_are_the_bytes_the_append_hook_writes(tmp_path):
+    """The leader's produce path (entry and record headers packed together, PHYSICALOFFSET =
+    position + 48, one pwritev per file) writes data and index files byte-identical to entries
+    appended one object each with RocketMQ's append hook, blanks at file ends included, and
+    the log recovers to the same end."""
+    topic_tail = b"\x05topic"
+    shared = (
+        struct.pack(">iq", 0, 1_700_000_000_000)
+        + bytes([127, 0, 0, 1])
+        + struct.pack(">iq", 5555, 1_700_000_000_001)
+        + bytes([127, 0, 0, 1])
+        + struct.pack(">iiq", 10911, 0, 0)
+    )
+    assert len(shared) == 48
+    record_base = 74 + 8 + 8 + 1 + 5
+    hooked = open_store(tmp_path / "hooked")
+    fast = open_store(tmp_path / "fast")
+    queue_offset = 0
+    for term, batch in enumerate(_leader_batches(), start=1):
+        parts, _ = encode_records(topic_tail, 3, batch, queue_offset, shared, record_base, 0)
+        bodies = [b"".join(parts[i : i + 3]) for i in range(0, len(parts), 3)]
+        expected = hooked.append_batch_as_leader(bodies, term, _patch_physical_offset)
+        sizes = [record_base + len(e.body) + len(e.properties) for e in batch]
+        first, positions = fast.append_encoded_as_leader(
+            term,
+            [BODY_OFFSET + s for s in sizes],
+            lambda t, f, where, batch=batch, sizes=sizes, qo=queue_offset: encode_entries(
+                topic_tail, 3, batch, sizes, qo, shared, t, f, where
+            ),
+            PARTS_PER_ENTRY,
+        )
+        assert first == expected[0].index
+        assert positions == [e.pos for e in expected]
+        queue_offset += len(batch)
+    assert len(fast.data.files) > 3, "the entries must cross files (and blanks)"
+    assert (fast.ledger_begin_index, fast.ledger_end_index, fast.ledger_end_term) == (
+        hooked.ledger_begin_index,
+        hooked.ledger_end_index,
+        hooked.ledger_end_term,
+    )
+    for i in range(hooked.ledger_end_index + 1):
+        mine, theirs = fast.get(i), hooked.get(i)
+        assert mine is not None and same_entry(mine, theirs)
+        parsed = parse_record(mine.body, 0, False)
+        assert isinstance(parsed, tuple) and parsed[2] == mine.pos + BODY_OFFSET
+    hooked.close()
+    fast.close()
+    for sub in ("data", "index"):
+        names = sorted(p.name for p in (tmp_path / "hooked" / "dledger-n0" / sub).iterdir())
+        assert names == sorted(p.name for p in (tmp_path / "fast" / "dledger-n0" / sub).iterdir())
+        for name in names:
+            a = (tmp_path / "hooked" / "dledger-n0" / sub / name).read_bytes()
+            b = (tmp_path / "fast" / "dledger-n0" / sub / name).read_bytes()
+            assert a == b, f"{sub}/{name} differs"
+    again = open_store(tmp_path / "fast")
+    assert again.ledger_end_index == queue_offset - 1

@@ -26,7 +26,9 @@ BODY_OFFSET = 48
 POS_OFFSET = 24  # magic + size + index + term
 INDEX_UNIT_SIZE = 32
 
-_HEADER = struct.Struct(">iiqqqiiii")
+#: the entry header's struct format (a writer may pack a body's own header after it at once)
+HEADER_FORMAT = ">iiqqqiiii"
+_HEADER = struct.Struct(HEADER_FORMAT)
 _INDEX_UNIT = struct.Struct(">iqiqq")  # magic, pos, size, index, term
 assert _HEADER.size == BODY_OFFSET and _INDEX_UNIT.size == INDEX_UNIT_SIZE
 
