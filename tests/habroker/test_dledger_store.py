@@ -315,3 +315,35 @@ def test_entries_encoded_in_one_pass_are_the_bytes_the_append_hook_writes(tmp_pa
             assert a == b, f"{sub}/{name} differs"
     again = open_store(tmp_path / "fast")
     assert again.ledger_end_index == queue_offset - 1
+
+
+def test_push_entries_walked_in_the_files_are_the_entries_each_index_unit_points_to(tmp_path):
+    """raw_entries looks the first entry up and walks the data files for the rest, past the
+    blanks that end files, and stops at the count, the byte budget and the log's end; after the
+    tail is cut and rewritten it reads the new entries."""
+    store = open_store(tmp_path)
+    store.append_batch_as_leader([bytes([i]) * (100 + 61 * (i % 9)) for i in range(50)], 1)
+    assert len(store.data.files) > 3
+
+    def by_index(first: int, count: int) -> list[bytes]:
+        out = []
+        for i in range(first, min(first + count, store.ledger_end_index + 1)):
+            entry = store.get(i)
+            assert entry is not None
+            out.append(bytes(entry.header()) + entry.body)
+        return out
+
+    for first in (0, 1, 5, 17, 30, 49):
+        for count in (1, 3, 64):
+            got = [bytes(v) for v in store.raw_entries(first, count, 1 << 20)]
+            assert got == by_index(first, count), (first, count)
+    # 148 + 209 + 270 + 331 = 958 bytes are under the budget: a fifth entry goes, no sixth
+    assert len(store.raw_entries(0, 64, 1000)) == 5, "stops once the byte budget is reached"
+    assert store.raw_entries(50, 64, 1 << 20) == []
+    tail = store.get(20)
+    assert tail is not None
+    store.truncate(tail, 2, "n1")
+    store.append_batch_as_leader([b"new" * (i + 1) for i in range(10)], 2)
+    got = [bytes(v) for v in store.raw_entries(15, 64, 1 << 20)]
+    assert got == by_index(15, 64) and len(got) == 16
+    assert [decode(v).body for v in store.raw_entries(21, 2, 1 << 20)] == [b"new", b"newnew"]

@@ -171,6 +171,21 @@ class WireEntry(msgspec.Struct):
         )
 
 
+class _WireEntryOut(msgspec.Struct):
+    """:class:`WireEntry` for encoding only: the body is a view of the data files (msgspec
+    writes any buffer as base64), not a copy."""
+
+    body: memoryview
+    bodyCrc: int
+    chainCrc: int
+    channel: int
+    index: int
+    magic: int
+    pos: int
+    size: int
+    term: int
+
+
 _ENCODER = msgspec.json.Encoder()
 
 
@@ -187,8 +202,10 @@ def entries_raw(raw_entries: list[memoryview]) -> msgspec.Raw:
         magic, size, index, term, pos, channel, chain_crc, body_crc, body_len = _HEADER.unpack_from(
             raw, 0
         )
-        body = bytes(raw[BODY_OFFSET : BODY_OFFSET + body_len])
-        wire.append(WireEntry(body, body_crc, chain_crc, channel, index, magic, pos, size, term))
+        body = raw[BODY_OFFSET : BODY_OFFSET + body_len]
+        wire.append(
+            _WireEntryOut(body, body_crc, chain_crc, channel, index, magic, pos, size, term)
+        )
     return msgspec.Raw(_ENCODER.encode(wire))
 
 

@@ -534,21 +534,42 @@ class DLedgerMmapFileStore:
 
     def raw_entries(self, first: int, max_count: int, max_bytes: int) -> list[memoryview]:
         """Entries from ``first`` (at most ``max_count``, about ``max_bytes``) as views of
-        the data files: read them before anything is appended or cut."""
+        the data files: read them before anything is appended or cut.  The first is looked up
+        by its index unit; the rest are walked in the data files (past blanks at file ends),
+        each header checked for the index and position the walk expects."""
         out: list[memoryview] = []
+        last = min(self.ledger_end_index, first + max_count - 1)
+        where = self._pos_and_size(first)
+        if where is None or first > last:
+            return out
+        pos = where[0]
         size_sum = 0
         index = first
-        while index <= self.ledger_end_index and len(out) < max_count and size_sum < max_bytes:
-            where = self._pos_and_size(index)
-            if where is None:
-                break
-            data = self._slice(*where)
-            if data is None:
+        head = _ENTRY_HEAD.unpack_from
+        find = self.data.find
+        mf = find(pos)
+        while mf is not None and index <= last and size_sum < max_bytes:
+            view = mf.view
+            wrote = mf.wrote_position
+            rel = pos - mf.file_from_offset
+            if rel + BODY_OFFSET <= wrote:
+                magic, size, at_index, _term, at_pos = head(view, rel)
+            elif rel + MIN_BLANK_LEN <= wrote:
+                magic = _BLANK.unpack_from(view, rel)[0]
+            else:
+                break  # the file ends without a blank: nothing more was written
+            if magic == BLANK_MAGIC_CODE:
+                pos = mf.file_end_offset
+                mf = find(pos)
+                continue
+            if at_index != index or at_pos != pos or size < BODY_OFFSET or rel + size > wrote:
                 raise DLedgerStoreError(
-                    DLedgerResponseCode.DISK_ERROR, f"entry {index} at {where[0]} unreadable"
+                    DLedgerResponseCode.DISK_ERROR,
+                    f"entry {index} not at {pos} where the walk from {first} expects it",
                 )
-            out.append(data)
-            size_sum += where[1]
+            out.append(view[rel : rel + size])
+            size_sum += size
+            pos += size
             index += 1
         return out
 
