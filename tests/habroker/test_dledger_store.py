@@ -277,7 +277,9 @@ def test_entries_encoded_in_one_pass_are_the_bytes_the_append_hook_writes(tmp_pa
     hooked = open_store(tmp_path / "hooked")
     fast = open_store(tmp_path / "fast")
     queue_offset = 0
-    for term, batch in enumerate(_leader_batches(), start=1):
+
+    def append_both(batch: list[BatchEntry], term: int) -> None:
+        nonlocal queue_offset
         parts, _ = encode_records(topic_tail, 3, batch, queue_offset, shared, record_base, 0)
         bodies = [b"".join(parts[i : i + 3]) for i in range(0, len(parts), 3)]
         expected = hooked.append_batch_as_leader(bodies, term, _patch_physical_offset)
@@ -285,14 +287,25 @@ def test_entries_encoded_in_one_pass_are_the_bytes_the_append_hook_writes(tmp_pa
         first, positions = fast.append_encoded_as_leader(
             term,
             [BODY_OFFSET + s for s in sizes],
-            lambda t, f, where, batch=batch, sizes=sizes, qo=queue_offset: encode_entries(
-                topic_tail, 3, batch, sizes, qo, shared, t, f, where
+            lambda t, f, where: encode_entries(
+                topic_tail, 3, batch, sizes, queue_offset, shared, t, f, where
             ),
             PARTS_PER_ENTRY,
         )
         assert first == expected[0].index
         assert positions == [e.pos for e in expected]
         queue_offset += len(batch)
+
+    for term, batch in enumerate(_leader_batches(), start=1):
+        append_both(batch, term)
+    # a batch whose first entry does not fit the rest of the file: it opens the next one
+    room = FILE - fast.data.files[-1].wrote_position
+    body_len = room - BODY_OFFSET - record_base + 1
+    assert body_len > 0
+    before = len(fast.data.files)
+    append_both([BatchEntry(0, b"f" * body_len, b""), BatchEntry(0, b"g" * 50, b"")], 7)
+    assert len(fast.data.files) == before + 1
+    assert fast.get(fast.ledger_end_index - 1).pos == fast.data.files[-1].file_from_offset
     assert len(fast.data.files) > 3, "the entries must cross files (and blanks)"
     assert (fast.ledger_begin_index, fast.ledger_end_index, fast.ledger_end_term) == (
         hooked.ledger_begin_index,
