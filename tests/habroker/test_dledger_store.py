@@ -9,7 +9,12 @@ import struct
 from pathlib import Path
 
 import pytest
-from habroker.dledger.commit_log import DLedgerCommitLog, DLedgerReput
+from habroker.dledger.commit_log import (
+    PARTS_PER_ENTRY,
+    DLedgerCommitLog,
+    DLedgerReput,
+    encode_entries,
+)
 from habroker.dledger.entry import (
     BODY_OFFSET,
     INDEX_UNIT_SIZE,
@@ -17,12 +22,15 @@ from habroker.dledger.entry import (
     decode,
     entries_json,
     from_json_dict,
+    same_entry,
     to_json_dict,
 )
 from habroker.dledger.message_store import _patch_physical_offset
 from habroker.dledger.mmap_file_store import DLedgerMmapFileStore, DLedgerStoreError
 from habroker.dledger.protocol import encode
 from habroker.message import encode_record, parse_record
+from habroker.store.commit_log import encode_records
+from habroker.store.values import BatchEntry
 
 FILE = 4096
 
@@ -237,3 +245,118 @@ def test_dispatch_walks_the_files_across_blanks_as_an_index_lookup_would(tmp_pat
     # (start_after resumes at the last covered entry; the consume queue drops that duplicate)
     assert [d for d in dispatched if d[2] >= covered_end] == expected[30:]
     assert len(dispatched) - len(expected[30:]) <= 1
+
+
+def _leader_batches() -> list[list[BatchEntry]]:
+    """Batches of records of uneven sizes, some with properties, enough to cross files."""
+    batches = []
+    for b in range(6):
+        batch = []
+        for i in range(1 + 7 * (b % 3)):
+            props = b"KEYS\x01k%d\x02" % i if i % 3 == 0 else b""
+            batch.append(BatchEntry(i % 2, bytes([b * 16 + i]) * (90 + 53 * ((b + i) % 5)), props))
+        batches.append(batch)
+    return batches
+
+
+def test_entries_encoded_in_one_pass_are_the_bytes_the_append_hook_writes(tmp_path):
+    """The leader's produce path (entry and record headers packed together, PHYSICALOFFSET =
+    position + 48, one pwritev per file) writes data and index files byte-identical to entries
+    appended one object each with RocketMQ's append hook, blanks at file ends included, and
+    the log recovers to the same end."""
+    topic_tail = b"\x05topic"
+    shared = (
+        struct.pack(">iq", 0, 1_700_000_000_000)
+        + bytes([127, 0, 0, 1])
+        + struct.pack(">iq", 5555, 1_700_000_000_001)
+        + bytes([127, 0, 0, 1])
+        + struct.pack(">iiq", 10911, 0, 0)
+    )
+    assert len(shared) == 48
+    record_base = 74 + 8 + 8 + 1 + 5
+    hooked = open_store(tmp_path / "hooked")
+    fast = open_store(tmp_path / "fast")
+    queue_offset = 0
+
+    def append_both(batch: list[BatchEntry], term: int) -> None:
+        nonlocal queue_offset
+        parts, _ = encode_records(topic_tail, 3, batch, queue_offset, shared, record_base, 0)
+        bodies = [b"".join(parts[i : i + 3]) for i in range(0, len(parts), 3)]
+        expected = hooked.append_batch_as_leader(bodies, term, _patch_physical_offset)
+        sizes = [record_base + len(e.body) + len(e.properties) for e in batch]
+        first, positions = fast.append_encoded_as_leader(
+            term,
+            [BODY_OFFSET + s for s in sizes],
+            lambda t, f, where: encode_entries(
+                topic_tail, 3, batch, sizes, queue_offset, shared, t, f, where
+            ),
+            PARTS_PER_ENTRY,
+        )
+        assert first == expected[0].index
+        assert positions == [e.pos for e in expected]
+        queue_offset += len(batch)
+
+    for term, batch in enumerate(_leader_batches(), start=1):
+        append_both(batch, term)
+    # a batch whose first entry does not fit the rest of the file: it opens the next one
+    room = FILE - fast.data.files[-1].wrote_position
+    body_len = room - BODY_OFFSET - record_base + 1
+    assert body_len > 0
+    before = len(fast.data.files)
+    append_both([BatchEntry(0, b"f" * body_len, b""), BatchEntry(0, b"g" * 50, b"")], 7)
+    assert len(fast.data.files) == before + 1
+    assert fast.get(fast.ledger_end_index - 1).pos == fast.data.files[-1].file_from_offset
+    assert len(fast.data.files) > 3, "the entries must cross files (and blanks)"
+    assert (fast.ledger_begin_index, fast.ledger_end_index, fast.ledger_end_term) == (
+        hooked.ledger_begin_index,
+        hooked.ledger_end_index,
+        hooked.ledger_end_term,
+    )
+    for i in range(hooked.ledger_end_index + 1):
+        mine, theirs = fast.get(i), hooked.get(i)
+        assert mine is not None and same_entry(mine, theirs)
+        parsed = parse_record(mine.body, 0, False)
+        assert isinstance(parsed, tuple) and parsed[2] == mine.pos + BODY_OFFSET
+    hooked.close()
+    fast.close()
+    for sub in ("data", "index"):
+        names = sorted(p.name for p in (tmp_path / "hooked" / "dledger-n0" / sub).iterdir())
+        assert names == sorted(p.name for p in (tmp_path / "fast" / "dledger-n0" / sub).iterdir())
+        for name in names:
+            a = (tmp_path / "hooked" / "dledger-n0" / sub / name).read_bytes()
+            b = (tmp_path / "fast" / "dledger-n0" / sub / name).read_bytes()
+            assert a == b, f"{sub}/{name} differs"
+    again = open_store(tmp_path / "fast")
+    assert again.ledger_end_index == queue_offset - 1
+
+
+def test_push_entries_walked_in_the_files_are_the_entries_each_index_unit_points_to(tmp_path):
+    """raw_entries looks the first entry up and walks the data files for the rest, past the
+    blanks that end files, and stops at the count, the byte budget and the log's end; after the
+    tail is cut and rewritten it reads the new entries."""
+    store = open_store(tmp_path)
+    store.append_batch_as_leader([bytes([i]) * (100 + 61 * (i % 9)) for i in range(50)], 1)
+    assert len(store.data.files) > 3
+
+    def by_index(first: int, count: int) -> list[bytes]:
+        out = []
+        for i in range(first, min(first + count, store.ledger_end_index + 1)):
+            entry = store.get(i)
+            assert entry is not None
+            out.append(bytes(entry.header()) + entry.body)
+        return out
+
+    for first in (0, 1, 5, 17, 30, 49):
+        for count in (1, 3, 64):
+            got = [bytes(v) for v in store.raw_entries(first, count, 1 << 20)]
+            assert got == by_index(first, count), (first, count)
+    # 148 + 209 + 270 + 331 = 958 bytes are under the budget: a fifth entry goes, no sixth
+    assert len(store.raw_entries(0, 64, 1000)) == 5, "stops once the byte budget is reached"
+    assert store.raw_entries(50, 64, 1 << 20) == []
+    tail = store.get(20)
+    assert tail is not None
+    store.truncate(tail, 2, "n1")
+    store.append_batch_as_leader([b"new" * (i + 1) for i in range(10)], 2)
+    got = [bytes(v) for v in store.raw_entries(15, 64, 1 << 20)]
+    assert got == by_index(15, 64) and len(got) == 16
+    assert [decode(v).body for v in store.raw_entries(21, 2, 1 << 20)] == [b"new", b"newnew"]

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import logging
 import struct
+import zlib
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 
-from habroker.dledger.entry import BODY_OFFSET
+from habroker.dledger.entry import BODY_OFFSET, CURRENT_MAGIC, HEADER_FORMAT
 from habroker.dledger.mmap_file_store import BLANK_MAGIC_CODE as BLANK
 from habroker.dledger.mmap_file_store import MIN_BLANK_LEN, DLedgerMmapFileStore
-from habroker.message import DELAY_LEVELS_MS, DispatchTuple, parse_record
+from habroker.message import DELAY_LEVELS_MS, MAGIC_V1, DispatchTuple, parse_record
 from habroker.store.commit_log import CommitLog
 from habroker.store.dispatcher import ReputMessageService
 from habroker.store.errors import StoreNotWritable
@@ -28,6 +29,52 @@ log = logging.getLogger(__name__)
 
 _I32 = struct.Struct(">i")
 _ENTRY_HEAD = struct.Struct(">iiqqq")  # magic, size, index, term, pos
+_I16 = struct.Struct(">h")
+# an entry's header and its record's header (spec §1.1: TOTALSIZE .. PHYSICALOFFSET, the block
+# a batch shares, BODYLENGTH) packed at once; keyed by the shared block's length
+_ENTRY_RECORD_HEADERS = {n: struct.Struct(HEADER_FORMAT + f"iiiiiqq{n}si") for n in (48, 60, 72)}
+#: buffers per entry that :func:`encode_entries` gives: headers, body, topic and properties
+PARTS_PER_ENTRY = 3
+
+
+def encode_entries(
+    topic_tail: bytes,
+    queue_id: int,
+    entries: Sequence[BatchEntry],
+    record_sizes: Sequence[int],
+    first_queue_offset: int,
+    shared: bytes,
+    term: int,
+    first_index: int,
+    positions: Sequence[int],
+) -> list[bytes | memoryview]:
+    """A batch's DLedger entries, one message record each, as RocketMQ's DLedgerCommitLog
+    writes them: the entry header (no CRCs, as DLedger 0.3.1.2), then the record whose
+    PHYSICALOFFSET is the entry's position + 48 (what RocketMQ's append hook patches in),
+    encoded in one pass with no object per entry; :data:`PARTS_PER_ENTRY` buffers each."""
+    pack = _ENTRY_RECORD_HEADERS[len(shared)].pack
+    i16 = _I16.pack
+    crc32 = zlib.crc32
+    parts: list[bytes | memoryview] = []
+    append = parts.append
+    queue_offset = first_queue_offset
+    index = first_index
+    bare_tail = topic_tail + b"\x00\x00"  # topic + zero properties length
+    for entry, size, pos in zip(entries, record_sizes, positions, strict=True):
+        body = entry.body
+        props = entry.properties
+        append(
+            pack(
+                CURRENT_MAGIC, BODY_OFFSET + size, index, term, pos, 0, 0, 0, size,
+                size, MAGIC_V1, crc32(body) & 0x7FFFFFFF, queue_id, entry.flag, queue_offset,
+                pos + BODY_OFFSET, shared, len(body),
+            )
+        )  # fmt: skip
+        append(body)
+        append(topic_tail + i16(len(props)) + props if props else bare_tail)
+        queue_offset += 1
+        index += 1
+    return parts
 
 
 class DLedgerCommitLog(CommitLog):

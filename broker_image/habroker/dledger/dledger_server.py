@@ -19,7 +19,7 @@ from habroker.dledger.entry import DLedgerEntry
 from habroker.dledger.entry_pusher import DLedgerEntryPusher, PusherConfig
 from habroker.dledger.leader_elector import DLedgerLeaderElector, ElectionTimings
 from habroker.dledger.member_state import MemberState, Role, parse_peers
-from habroker.dledger.mmap_file_store import DLedgerMmapFileStore
+from habroker.dledger.mmap_file_store import DLedgerMmapFileStore, EntryEncoder
 from habroker.dledger.protocol import (
     Body,
     DLedgerRequestCode,
@@ -282,6 +282,26 @@ class DLedgerServer:
         if self.settings.pusher.sync_flush:  # the leader's own copy counts once flushed
             self._flush_soon()
         return entries, self.pusher.wait_ack(entries[-1])
+
+    def append_encoded(
+        self, sizes: Sequence[int], encode: EntryEncoder, parts_per_entry: int
+    ) -> tuple[int, list[int], asyncio.Future[Body]]:
+        """:meth:`append_batch` without an object per entry: entries of ``sizes`` bytes that
+        ``encode`` lays out (see :meth:`DLedgerMmapFileStore.append_encoded_as_leader`).
+        Returns (first index, positions, the future of the last entry's quorum)."""
+        st = self.state
+        if not st.is_leader:
+            raise NotLeader(RC.NOT_LEADER, st.leader_id)
+        if st.transferee is not None:
+            raise NotLeader(RC.LEADER_TRANSFERRING, st.transferee)
+        if self.pusher.pending_full():
+            raise NotLeader(RC.LEADER_PENDING_FULL, st.self_id)
+        term = st.term
+        first, positions = self.store.append_encoded_as_leader(term, sizes, encode, parts_per_entry)
+        if self.settings.pusher.sync_flush:
+            self._flush_soon()
+        last = first + len(positions) - 1
+        return first, positions, self.pusher.wait_ack_at(term, last, positions[-1])
 
     def _flush_soon(self) -> None:
         if self._flush_lock.locked() and self._flush_queued:

@@ -26,7 +26,9 @@ BODY_OFFSET = 48
 POS_OFFSET = 24  # magic + size + index + term
 INDEX_UNIT_SIZE = 32
 
-_HEADER = struct.Struct(">iiqqqiiii")
+#: the entry header's struct format (a writer may pack a body's own header after it at once)
+HEADER_FORMAT = ">iiqqqiiii"
+_HEADER = struct.Struct(HEADER_FORMAT)
 _INDEX_UNIT = struct.Struct(">iqiqq")  # magic, pos, size, index, term
 assert _HEADER.size == BODY_OFFSET and _INDEX_UNIT.size == INDEX_UNIT_SIZE
 
@@ -169,6 +171,21 @@ class WireEntry(msgspec.Struct):
         )
 
 
+class _WireEntryOut(msgspec.Struct):
+    """:class:`WireEntry` for encoding only: the body is a view of the data files (msgspec
+    writes any buffer as base64), not a copy."""
+
+    body: memoryview
+    bodyCrc: int
+    chainCrc: int
+    channel: int
+    index: int
+    magic: int
+    pos: int
+    size: int
+    term: int
+
+
 _ENCODER = msgspec.json.Encoder()
 
 
@@ -185,8 +202,10 @@ def entries_raw(raw_entries: list[memoryview]) -> msgspec.Raw:
         magic, size, index, term, pos, channel, chain_crc, body_crc, body_len = _HEADER.unpack_from(
             raw, 0
         )
-        body = bytes(raw[BODY_OFFSET : BODY_OFFSET + body_len])
-        wire.append(WireEntry(body, body_crc, chain_crc, channel, index, magic, pos, size, term))
+        body = raw[BODY_OFFSET : BODY_OFFSET + body_len]
+        wire.append(
+            _WireEntryOut(body, body_crc, chain_crc, channel, index, magic, pos, size, term)
+        )
     return msgspec.Raw(_ENCODER.encode(wire))
 
 

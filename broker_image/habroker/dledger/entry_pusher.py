@@ -242,15 +242,17 @@ class DLedgerEntryPusher:
     # -- leader: producers waiting for a quorum -----------------------------------------------
     def wait_ack(self, entry: DLedgerEntry) -> asyncio.Future[Body]:
         """A future completed when ``entry`` is committed (or its wait fails)."""
-        if self.pending_term != entry.term:
+        return self.wait_ack_at(entry.term, entry.index, entry.pos)
+
+    def wait_ack_at(self, term: int, index: int, pos: int) -> asyncio.Future[Body]:
+        """:meth:`wait_ack` for the entry at ``index`` (``pos``) of ``term``."""
+        if self.pending_term != term:
             self.fail_pending(RC.TERM_CHANGED)
-            self.pending_term = entry.term
+            self.pending_term = term
         if not self.config.sync_flush:
-            self.water_marks.update(entry.term, self.state.self_id, entry.index)
+            self.water_marks.update(term, self.state.self_id, index)
         fut: asyncio.Future[Body] = asyncio.get_running_loop().create_future()
-        self.pending[entry.index] = PendingAppend(
-            fut, _now_ms() + self.config.max_wait_ack_ms, entry.pos
-        )
+        self.pending[index] = PendingAppend(fut, _now_ms() + self.config.max_wait_ack_ms, pos)
         self.wake_dispatchers()
         self.wake_ack_checker()
         return fut

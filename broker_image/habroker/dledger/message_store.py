@@ -17,7 +17,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from habroker.config import BrokerConfig
-from habroker.dledger.commit_log import DLedgerCommitLog, DLedgerReput, record_offset
+from habroker.dledger.commit_log import (
+    PARTS_PER_ENTRY,
+    DLedgerCommitLog,
+    DLedgerReput,
+    encode_entries,
+    record_offset,
+)
 from habroker.dledger.dledger_server import DLedgerServer, DLedgerSettings
 from habroker.dledger.entry import BODY_OFFSET, DLedgerEntry
 from habroker.dledger.entry_pusher import PusherConfig
@@ -25,7 +31,6 @@ from habroker.dledger.leader_elector import ElectionTimings
 from habroker.dledger.protocol import Body
 from habroker.message import POS_PHYSICAL_OFFSET
 from habroker.store.checkpoint import StoreCheckpoint
-from habroker.store.commit_log import encode_records
 from habroker.store.errors import StoreError
 from habroker.store.message_store import MessageStore
 from habroker.store.values import BatchEntry, CleanResult, PutResult, PutStatus
@@ -190,16 +195,27 @@ class DLedgerMessageStore(MessageStore):
             sys_flag=sys_flag,
             reconsume_times=reconsume_times,
         )
-        # the records in one call (PHYSICALOFFSET is set by the append hook); 3 parts each
-        parts, _ = encode_records(
-            plan.topic_tail, queue_id, entries, plan.queue_offset, plan.shared, plan.record_base, 0
+        # one entry per record, the records encoded with their entries' headers in one pass
+        # once the positions are known (PHYSICALOFFSET = position + 48: RocketMQ's append hook)
+        sizes = plan.sizes if plan.sizes is not None else [plan.total]
+        _first, positions, ack = self.dledger.append_encoded(
+            [BODY_OFFSET + size for size in sizes],
+            lambda term, first, where: encode_entries(
+                plan.topic_tail,
+                queue_id,
+                entries,
+                sizes,
+                plan.queue_offset,
+                plan.shared,
+                term,
+                first,
+                where,
+            ),
+            PARTS_PER_ENTRY,
         )
-        join = b"".join
-        bodies = [join(parts[i : i + 3]) for i in range(0, len(parts), 3)]
-        appended, ack = self.dledger.append_batch(bodies, _patch_physical_offset)
-        offsets = [record_offset(e.pos) for e in appended]
+        offsets = [record_offset(pos) for pos in positions]
         acks = [ack]
-        queue_offset = plan.queue_offset + len(appended)
+        queue_offset = plan.queue_offset + len(offsets)
         self._queue_offsets[(topic, queue_id)] = queue_offset
         first = offsets[0]
         result = PutResult(

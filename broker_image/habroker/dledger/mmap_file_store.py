@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -48,6 +49,12 @@ END_INDEX_KEY = "endIndex"
 COMMITTED_INDEX_KEY = "committedIndex"
 
 AppendHook = Callable[[DLedgerEntry, bytearray], None]
+#: (term, first index, each entry's position) → the entries' bytes, header included, as
+#: ``parts_per_entry`` buffers per entry (see :meth:`append_encoded_as_leader`)
+EntryEncoder = Callable[[int, int, list[int]], list[bytes | memoryview]]
+_UNIT = struct.Struct(">iqiqq")  # an index unit: magic, pos, size, index, term
+_BLANK = struct.Struct(">ii")
+_ENTRY_HEAD = struct.Struct(">iiqqq")  # magic, size, index, term, pos
 
 
 class DLedgerStoreError(StoreError):
@@ -276,6 +283,77 @@ class DLedgerMmapFileStore:
         self._lay_down(entries, hook, assign=True)
         return entries
 
+    def append_encoded_as_leader(
+        self, term: int, sizes: Sequence[int], encode: EntryEncoder, parts_per_entry: int
+    ) -> tuple[int, list[int]]:
+        """Entries of ``sizes`` bytes (header included) at the end of the log, in this term,
+        without an object per entry: their positions are planned first (a blank closes a file
+        that cannot take the next entry plus 8 bytes), ``encode(term, first index, positions)`` gives
+        their bytes (``parts_per_entry`` buffers each, headers packed by the caller with
+        :data:`habroker.dledger.entry.HEADER_FORMAT`), which go to the files with one
+        ``pwritev`` per file, and the index units with one write.  Returns (first index,
+        positions)."""
+        if not sizes:
+            return self.ledger_end_index + 1, []
+        file_size = self.data.file_size
+        mf = self.data.last_writable(0)
+        base = mf.file_from_offset
+        rel = mf.wrote_position
+        positions: list[int] = []
+        starts: list[int] = []  # entries that open a new data file
+        for size in sizes:
+            if size + MIN_BLANK_LEN > file_size - rel:
+                if size + MIN_BLANK_LEN > file_size:
+                    raise DLedgerStoreError(
+                        DLedgerResponseCode.DISK_ERROR,
+                        f"an entry of {size} bytes does not fit a data file of {file_size} bytes",
+                    )
+                starts.append(len(positions))
+                base += file_size
+                rel = 0
+            positions.append(base + rel)
+            rel += size
+        first = self.ledger_end_index + 1
+        parts = encode(term, first, positions)
+        if len(parts) != len(sizes) * parts_per_entry:
+            raise ValueError(f"{len(parts)} parts for {len(sizes)} entries")
+        written = 0
+        try:
+            for end in (*starts, len(sizes)):
+                if end > written:  # else the first entry already opens a new file
+                    seg = parts[written * parts_per_entry : end * parts_per_entry]
+                    seg_size = positions[end - 1] + sizes[end - 1] - positions[written]
+                    if sum(map(len, seg)) != seg_size:
+                        raise ValueError(f"entries {first + written}..: not {seg_size} bytes")
+                    if mf.file_from_offset + mf.wrote_position != positions[written]:
+                        raise DLedgerStoreError(
+                            DLedgerResponseCode.DISK_ERROR,
+                            f"entry {first + written} planned at {positions[written]}, "
+                            f"the file is at {mf.file_from_offset + mf.wrote_position}",
+                        )
+                    mf.append_parts(seg, seg_size)
+                    written = end
+                if end < len(sizes):  # a blank closes this file; the next one takes the rest
+                    remaining = file_size - mf.wrote_position
+                    self._write_chunk(mf, bytearray(_BLANK.pack(BLANK_MAGIC_CODE, remaining)))
+                    mf.wrote_position = file_size
+                    mf = self.data.last_writable(0)
+        finally:
+            if written:
+                units = bytearray(written * INDEX_UNIT_SIZE)
+                pack_unit = _UNIT.pack_into
+                for i in range(written):
+                    pack_unit(
+                        units, i * INDEX_UNIT_SIZE, CURRENT_MAGIC, positions[i], sizes[i],
+                        first + i, term,
+                    )  # fmt: skip
+                self._append_index_units(first, units)
+                self.ledger_end_index = first + written - 1
+                self.ledger_end_term = term
+                if self.ledger_begin_index == -1:
+                    self.ledger_begin_index = first
+        return first, positions
+
     def append_as_follower(
         self, entry: DLedgerEntry, leader_term: int, leader_id: str
     ) -> DLedgerEntry:
@@ -456,21 +534,42 @@ class DLedgerMmapFileStore:
 
     def raw_entries(self, first: int, max_count: int, max_bytes: int) -> list[memoryview]:
         """Entries from ``first`` (at most ``max_count``, about ``max_bytes``) as views of
-        the data files: read them before anything is appended or cut."""
+        the data files: read them before anything is appended or cut.  The first is looked up
+        by its index unit; the rest are walked in the data files (past blanks at file ends),
+        each header checked for the index and position the walk expects."""
         out: list[memoryview] = []
+        last = min(self.ledger_end_index, first + max_count - 1)
+        where = self._pos_and_size(first)
+        if where is None or first > last:
+            return out
+        pos = where[0]
         size_sum = 0
         index = first
-        while index <= self.ledger_end_index and len(out) < max_count and size_sum < max_bytes:
-            where = self._pos_and_size(index)
-            if where is None:
-                break
-            data = self._slice(*where)
-            if data is None:
+        head = _ENTRY_HEAD.unpack_from
+        find = self.data.find
+        mf = find(pos)
+        while mf is not None and index <= last and size_sum < max_bytes:
+            view = mf.view
+            wrote = mf.wrote_position
+            rel = pos - mf.file_from_offset
+            if rel + BODY_OFFSET <= wrote:
+                magic, size, at_index, _term, at_pos = head(view, rel)
+            elif rel + MIN_BLANK_LEN <= wrote:
+                magic = _BLANK.unpack_from(view, rel)[0]
+            else:
+                break  # the file ends without a blank: nothing more was written
+            if magic == BLANK_MAGIC_CODE:
+                pos = mf.file_end_offset
+                mf = find(pos)
+                continue
+            if at_index != index or at_pos != pos or size < BODY_OFFSET or rel + size > wrote:
                 raise DLedgerStoreError(
-                    DLedgerResponseCode.DISK_ERROR, f"entry {index} at {where[0]} unreadable"
+                    DLedgerResponseCode.DISK_ERROR,
+                    f"entry {index} not at {pos} where the walk from {first} expects it",
                 )
-            out.append(data)
-            size_sum += where[1]
+            out.append(view[rel : rel + size])
+            size_sum += size
+            pos += size
             index += 1
         return out
 
