@@ -204,7 +204,7 @@ def decode_frame(frame: memoryview) -> RemotingCommand:
         raise BadFrame(f"unknown serialize type {kind}")
     body = frame[4 + header_len :]
     if len(body):
-        cmd.body = bytes(body)
+        cmd.body = bytes(body)  # a copy: FrameReader reuses the buffer for the next frame
     return cmd
 
 
@@ -318,6 +318,10 @@ def _utf8(raw: memoryview) -> str:
 #: the receive buffer every connection reads into: headers and frames up to this size are cut
 #: from it in place; a longer frame is read into a buffer of its own, of the frame's exact size
 RECEIVE_BUFFER = 64 * 1024
+#: a connection keeps the buffer of its last long frame up to this size for its next long frame:
+#: a fresh buffer per frame costs a page fault per 4 KiB written (about as much as the rest of
+#: the frame's decoding), a reused one none
+LONG_FRAME_KEEP = 1024 * 1024
 
 
 class FrameReader:
@@ -326,12 +330,25 @@ class FrameReader:
     The reading side of ``asyncio.BufferedProtocol``: :meth:`get_buffer` says where the next
     bytes go and :meth:`buffer_updated` cuts what arrived.  Small frames (the common case, many
     in one read) are decoded in place from one shared receive buffer; a frame longer than that
-    buffer gets a buffer of its final size as soon as its length is known, and the rest of it
-    is read straight into it: no growing and no re-slicing.  A frame over ``max_length`` is
-    refused (:class:`BadFrame`) as soon as its length prefix arrives, before it is read.
+    buffer gets a buffer of its final size as soon as its length is known (the connection's
+    last one, when that is big enough and up to :data:`LONG_FRAME_KEEP`), and the rest of it is
+    read straight into it: no growing and no re-slicing.  :func:`decode_frame` copies what it
+    keeps, so a buffer is free again as soon as its frame is decoded.  A frame over
+    ``max_length`` is refused (:class:`BadFrame`) as soon as its length prefix arrives, before
+    it is read.
     """
 
-    __slots__ = ("_buf", "_end", "_filled", "_large", "_refused", "_start", "_view", "max_length")
+    __slots__ = (
+        "_buf",
+        "_end",
+        "_filled",
+        "_large",
+        "_refused",
+        "_spare",
+        "_start",
+        "_view",
+        "max_length",
+    )
 
     def __init__(
         self, max_length: int = FRAME_MAX_LENGTH, buffer_size: int = RECEIVE_BUFFER
@@ -342,6 +359,7 @@ class FrameReader:
         self._end = 0  # the end of what arrived
         self._large: memoryview | None = None  # a long frame (without its length prefix)
         self._filled = 0  # how much of the long frame arrived
+        self._spare: memoryview | None = None  # the last long frame's buffer, for the next
         self._refused: BadFrame | None = None  # the stream is garbage from here on
         self.max_length = max_length
 
@@ -415,7 +433,13 @@ class FrameReader:
                 continue
             if length + 4 > len(buf):  # longer than the shared buffer: a buffer of its own
                 have = end - pos - 4
-                frame = memoryview(bytearray(length))
+                spare = self._spare
+                if spare is not None and len(spare) >= length:
+                    frame = spare[:length]
+                else:
+                    frame = memoryview(bytearray(length))
+                    if length <= LONG_FRAME_KEEP:
+                        self._spare = frame
                 frame[:have] = view[pos + 4 : end]
                 self._large = frame
                 self._filled = have

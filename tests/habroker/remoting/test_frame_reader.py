@@ -19,7 +19,7 @@ import uvloop
 from habroker.remoting import BadFrame, FrameDecoder, RemotingCommand
 from habroker.remoting.channel import Channel
 from habroker.remoting.client import RemotingClient
-from habroker.remoting.command import RECEIVE_BUFFER
+from habroker.remoting.command import LONG_FRAME_KEEP, RECEIVE_BUFFER
 from habroker.remoting.server import RemotingServer
 from habroker.remoting.tls import TlsMode, client_context, server_context
 
@@ -100,6 +100,27 @@ def test_a_large_frame_is_read_into_a_buffer_of_its_final_size() -> None:
     (cmd,) = decoder.feed(data[1000:])
     assert cmd.body_bytes == b"\x00" * size
     assert decoder.get_buffer().obj is not rest.obj  # back to the shared buffer
+
+
+def test_long_frames_up_to_the_keep_size_reuse_one_buffer() -> None:
+    sizes = [LONG_FRAME_KEEP - 300, 100_000, 5, 200_000, LONG_FRAME_KEEP + 1, 150_000]
+    decoder = FrameDecoder()
+    buffers = []
+    got: list[RemotingCommand] = []
+    for i, size in enumerate(sizes):
+        data = command(i, size).encode_bytes()
+        got += decoder.feed(data[: RECEIVE_BUFFER + 10])
+        if len(data) > RECEIVE_BUFFER + 10:
+            rest = decoder.get_buffer()
+            assert len(rest) == len(data) - RECEIVE_BUFFER - 10  # a view of the frame's size
+            buffers.append(rest.obj)
+        got += decoder.feed(data[RECEIVE_BUFFER + 10 :])
+    # the first buffer served every long frame it could hold; the one over the keep size got
+    # its own (not kept), and the next one reused the first again
+    first = buffers[0]
+    assert [b is first for b in buffers] == [True, True, True, False, True]
+    # bodies are copies: reusing the buffer did not change an earlier command
+    assert_commands(got, sizes)
 
 
 @pytest.mark.parametrize("frame_max", [1000, RECEIVE_BUFFER, 300_000])
