@@ -15,7 +15,7 @@ import ipaddress
 import socket
 import struct
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from habroker.compression import CompressionType, compression_of, decompress
@@ -228,9 +228,20 @@ def _host_from(buf: bytes | memoryview, pos: int, v6: bool) -> tuple[str, int]:
     return ip, _I32.unpack_from(buf, pos + n)[0]
 
 
+@functools.lru_cache(maxsize=256)
+def _host_block_hex(host: tuple[str, int]) -> str:
+    return host_block(host).hex().upper()
+
+
 def offset_msg_id(store_host: tuple[str, int], commit_log_offset: int) -> str:
     """Upper-case hex of store IP, int32 port, int64 physical offset (32 or 56 chars)."""
-    return (host_block(store_host) + _I64.pack(commit_log_offset)).hex().upper()
+    return _host_block_hex(store_host) + _I64.pack(commit_log_offset).hex().upper()
+
+
+def offset_msg_ids(store_host: tuple[str, int], commit_log_offsets: Iterable[int]) -> list[str]:
+    """:func:`offset_msg_id` of each offset: the host's hex is computed once (a batch's answer)."""
+    prefix = _host_block_hex(store_host)
+    return [f"{prefix}{_I64.pack(offset).hex().upper()}" for offset in commit_log_offsets]
 
 
 def decode_offset_msg_id(msg_id: str) -> tuple[tuple[str, int], int]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+import random
 import struct
 import zlib
 
@@ -18,7 +20,9 @@ from habroker.message import (
     decode_records,
     encode_properties,
     encode_record,
+    host_block,
     offset_msg_id,
+    offset_msg_ids,
     tags_code,
 )
 
@@ -271,6 +275,26 @@ def test_offset_msg_id_roundtrip() -> None:
     msg_id = offset_msg_id(("10.0.0.7", 10911), 123456789)
     assert msg_id == "0A00000700002A9F00000000075BCD15"
     assert decode_offset_msg_id(msg_id) == (("10.0.0.7", 10911), 123456789)
+
+
+def test_batch_msg_ids_equal_the_one_by_one_ids_for_random_hosts_and_offsets() -> None:
+    rng = random.Random(17)
+    hosts = [("10.0.0.7", 10911), ("::ffff:10.1.2.3", 0), ("localhost", 2**31 - 1)]
+    hosts += [
+        (str(ipaddress.IPv4Address(rng.getrandbits(32))), rng.randrange(2**16)) for _ in range(30)
+    ]
+    hosts += [
+        (str(ipaddress.IPv6Address(rng.getrandbits(128))), rng.randrange(2**31)) for _ in range(30)
+    ]
+    hosts += [(f"[{host}]", port) for host, port in hosts[-5:]]  # bracketed IPv6 literals
+    for host in hosts:
+        offsets = [0, 1, 2**63 - 1] + [rng.randrange(2 ** rng.randrange(1, 64)) for _ in range(50)]
+        # the one-by-one id as it was built before the batch path existed
+        before = [(host_block(host) + struct.pack(">q", o)).hex().upper() for o in offsets]
+        assert offset_msg_ids(host, offsets) == before
+        assert [offset_msg_id(host, o) for o in offsets] == before
+        assert {len(i) for i in before} == {32 if len(host_block(host)) == 8 else 56}
+    assert offset_msg_ids(("10.0.0.7", 1), ()) == []
 
 
 # -- decode_records --------------------------------------------------------------------------------

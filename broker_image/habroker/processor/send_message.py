@@ -18,7 +18,7 @@ from habroker.message import (
     TRANSACTION_TYPE_MASK,
     decode_properties,
     encode_properties,
-    offset_msg_id,
+    offset_msg_ids,
 )
 from habroker.processor.errors import REFUSALS, refusal
 from habroker.processor.headers import Header
@@ -162,8 +162,7 @@ class SendMessageProcessor:
         )
         if len(entries) > 1:
             msg_id = ",".join(
-                offset_msg_id(broker.store_host, offset)
-                for offset in result.record_offsets or (result.wrote_offset,)
+                offset_msg_ids(broker.store_host, result.record_offsets or (result.wrote_offset,))
             )
         else:
             msg_id = result.msg_id

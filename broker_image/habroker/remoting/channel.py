@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import Protocol, cast
 
-from habroker.remoting.command import FRAME_MAX_LENGTH, BadFrame, FrameDecoder, RemotingCommand
+from habroker.remoting.command import FRAME_MAX_LENGTH, BadFrame, FrameReader, RemotingCommand
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class RequestDispatcher(Protocol):
     def dispatch(self, channel: Channel, request: RemotingCommand) -> None: ...
 
 
-class Channel(asyncio.Protocol):
+class Channel(asyncio.BufferedProtocol):
     def __init__(
         self,
         dispatcher: RequestDispatcher | None = None,
@@ -39,7 +39,7 @@ class Channel(asyncio.Protocol):
         on_close: Callable[[Channel], None] | None = None,
     ) -> None:
         self.dispatcher = dispatcher
-        self.decoder = FrameDecoder(frame_max)
+        self.reader = FrameReader(frame_max)
         self.on_close = on_close
         self.transport: asyncio.Transport | None = None
         self.remote_address = "?"
@@ -49,7 +49,7 @@ class Channel(asyncio.Protocol):
         self._write_paused = False
         self._drained: asyncio.Future[None] | None = None
 
-    # -- asyncio.Protocol ------------------------------------------------------------------
+    # -- asyncio.BufferedProtocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # a stream transport (uvloop's are not subclasses of asyncio.Transport: no isinstance)
         self.transport = cast(asyncio.Transport, transport)
@@ -57,9 +57,15 @@ class Channel(asyncio.Protocol):
         self.remote_address = _address(transport.get_extra_info("peername"))
         self.local_address = _address(transport.get_extra_info("sockname"))
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        # frames are read straight into their final place (FrameReader), whatever the hint
+        return self.reader.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self.reader.refused is not None:
+            return  # bytes a TLS transport still hands over while the refused peer is closed
         try:
-            commands = self.decoder.feed(data)
+            commands = self.reader.buffer_updated(nbytes)
         except BadFrame as exc:
             log.warning("closing remoting connection from %s: %s", self.remote_address, exc)
             self.close()

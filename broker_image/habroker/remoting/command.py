@@ -204,7 +204,7 @@ def decode_frame(frame: memoryview) -> RemotingCommand:
         raise BadFrame(f"unknown serialize type {kind}")
     body = frame[4 + header_len :]
     if len(body):
-        cmd.body = bytes(body)
+        cmd.body = bytes(body)  # a copy: FrameReader reuses the buffer for the next frame
     return cmd
 
 
@@ -315,42 +315,158 @@ def _utf8(raw: memoryview) -> str:
         raise BadFrame(f"a header string is not UTF-8: {exc}") from None
 
 
-class FrameDecoder:
-    """Cuts a byte stream into commands; a frame over ``max_length`` is refused unread."""
+#: the receive buffer every connection reads into: headers and frames up to this size are cut
+#: from it in place; a longer frame is read into a buffer of its own, of the frame's exact size
+RECEIVE_BUFFER = 64 * 1024
+#: a connection keeps the buffer of its last long frame up to this size for its next long frame:
+#: a fresh buffer per frame costs a page fault per 4 KiB written (about as much as the rest of
+#: the frame's decoding), a reused one none
+LONG_FRAME_KEEP = 1024 * 1024
 
-    __slots__ = ("_buf", "max_length")
 
-    def __init__(self, max_length: int = FRAME_MAX_LENGTH) -> None:
-        self._buf = bytearray()
+class FrameReader:
+    """Cuts a byte stream into commands, reading straight into its own buffers.
+
+    The reading side of ``asyncio.BufferedProtocol``: :meth:`get_buffer` says where the next
+    bytes go and :meth:`buffer_updated` cuts what arrived.  Small frames (the common case, many
+    in one read) are decoded in place from one shared receive buffer; a frame longer than that
+    buffer gets a buffer of its final size as soon as its length is known (the connection's
+    last one, when that is big enough and up to :data:`LONG_FRAME_KEEP`), and the rest of it is
+    read straight into it: no growing and no re-slicing.  :func:`decode_frame` copies what it
+    keeps, so a buffer is free again as soon as its frame is decoded.  A frame over
+    ``max_length`` is refused (:class:`BadFrame`) as soon as its length prefix arrives, before
+    it is read.
+    """
+
+    __slots__ = (
+        "_buf",
+        "_end",
+        "_filled",
+        "_large",
+        "_refused",
+        "_spare",
+        "_start",
+        "_view",
+        "max_length",
+    )
+
+    def __init__(
+        self, max_length: int = FRAME_MAX_LENGTH, buffer_size: int = RECEIVE_BUFFER
+    ) -> None:
+        self._buf = bytearray(buffer_size)
+        self._view = memoryview(self._buf)
+        self._start = 0  # the first byte not yet cut
+        self._end = 0  # the end of what arrived
+        self._large: memoryview | None = None  # a long frame (without its length prefix)
+        self._filled = 0  # how much of the long frame arrived
+        self._spare: memoryview | None = None  # the last long frame's buffer, for the next
+        self._refused: BadFrame | None = None  # the stream is garbage from here on
         self.max_length = max_length
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        """Bytes received but not yet cut into a command."""
+        if self._large is not None:
+            return 4 + self._filled
+        return self._end - self._start
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
-        buf = self._buf
-        buf += data
-        out: list[RemotingCommand] = []
-        pos = 0
-        end = len(buf)
-        view = memoryview(buf)
+    @property
+    def refused(self) -> BadFrame | None:
+        """Why the stream was refused (the first :class:`BadFrame`), or None."""
+        return self._refused
+
+    def get_buffer(self) -> memoryview:
+        """Where the next bytes go: never empty."""
+        if self._large is not None:
+            return self._large[self._filled :]
+        start = self._start
+        if start:
+            need = 4
+            if self._end - start >= 4:  # a frame known to fit the buffer (see buffer_updated)
+                need += _I32.unpack_from(self._buf, start)[0]
+            if start + need > len(self._buf):  # move the partial frame to the front
+                size = self._end - start
+                self._view[:size] = self._view[start : self._end]
+                self._start = 0
+                self._end = size
+        return self._view[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> list[RemotingCommand]:
+        """``nbytes`` arrived in the last :meth:`get_buffer`: the commands they complete.
+
+        After a :class:`BadFrame` the stream has no frame boundaries left: every later call
+        raises it again (and the buffers only take bytes in, to be dropped)."""
+        if self._refused is not None:
+            raise self._refused
         try:
-            while end - pos >= 4:
-                (length,) = _I32.unpack_from(buf, pos)
-                if length < 4 or length + 4 > self.max_length:
-                    raise BadFrame(
-                        f"frame length {length} is outside 4..{self.max_length - 4} "
-                        "(com.rocketmq.remoting.frameMaxLength)"
-                    )
-                if end - pos - 4 < length:
-                    break
+            return self._cut(nbytes)
+        except BadFrame as exc:
+            self._refused = exc
+            self._large = None
+            self._start = self._end = 0
+            raise
+
+    def _cut(self, nbytes: int) -> list[RemotingCommand]:
+        large = self._large
+        if large is not None:
+            self._filled += nbytes
+            if self._filled < len(large):
+                return []
+            self._large = None
+            self._filled = 0
+            return [decode_frame(large)]
+        buf = self._buf
+        view = self._view
+        pos = self._start
+        end = self._end = self._end + nbytes
+        out: list[RemotingCommand] = []
+        while end - pos >= 4:
+            (length,) = _I32.unpack_from(buf, pos)
+            if length < 4 or length + 4 > self.max_length:
+                raise BadFrame(
+                    f"frame length {length} is outside 4..{self.max_length - 4} "
+                    "(com.rocketmq.remoting.frameMaxLength)"
+                )
+            if end - pos - 4 >= length:
                 out.append(decode_frame(view[pos + 4 : pos + 4 + length]))
                 pos += 4 + length
-        finally:
-            view.release()
-        if pos:
-            del buf[:pos]
+                continue
+            if length + 4 > len(buf):  # longer than the shared buffer: a buffer of its own
+                have = end - pos - 4
+                spare = self._spare
+                if spare is not None and len(spare) >= length:
+                    frame = spare[:length]
+                else:
+                    frame = memoryview(bytearray(length))
+                    if length <= LONG_FRAME_KEEP:
+                        self._spare = frame
+                frame[:have] = view[pos + 4 : end]
+                self._large = frame
+                self._filled = have
+                pos = end
+            break
+        if pos == end:
+            self._start = self._end = 0
+        else:
+            self._start = pos
+        return out
+
+
+class FrameDecoder(FrameReader):
+    """A :class:`FrameReader` fed with bytes already read (clients of plain sockets, tools)."""
+
+    __slots__ = ()
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
+        src = memoryview(data).cast("B")
+        out: list[RemotingCommand] = []
+        pos = 0
+        while pos < len(src):
+            dest = self.get_buffer()
+            n = min(len(dest), len(src) - pos)
+            dest[:n] = src[pos : pos + n]
+            out.extend(self.buffer_updated(n))
+            pos += n
         return out
 
 
