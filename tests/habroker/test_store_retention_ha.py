@@ -7,6 +7,7 @@ import logging
 import os
 import random
 import time
+from pathlib import Path
 
 from habroker.config import BrokerRole
 from habroker.message import decode_records
@@ -208,7 +209,9 @@ async def test_append_continuity_checks(tmp_path):
         await slave.shutdown()
 
 
-async def test_slave_restart_with_partial_tail_truncates_it(tmp_path):
+async def torn_slave(tmp_path: Path) -> tuple[MessageStore, MessageStore, int, int]:
+    """A master of 20 records and a slave holding them but for a record cut in half at its
+    tail (dispatch stops before it): (master, slave, bytes on the slave, bytes dispatched)."""
     master = await started(tmp_path / "m")
     slave = await slave_store(tmp_path / "s")
     try:
@@ -219,9 +222,17 @@ async def test_slave_restart_with_partial_tail_truncates_it(tmp_path):
         assert slave.append_to_commit_log(0, region.view[:cut])
         dispatched = await settle(slave)
         assert 0 < dispatched < cut
-    finally:
+    except BaseException:
         await master.shutdown()
         await slave.shutdown()
+        raise
+    return master, slave, cut, dispatched
+
+
+async def test_slave_restart_with_partial_tail_truncates_it(tmp_path):
+    master, slave, _cut, dispatched = await torn_slave(tmp_path)
+    await master.shutdown()
+    await slave.shutdown()
     assert (tmp_path / "s" / "abort").exists()  # dispatch was behind: recover next time
     again = await slave_store(tmp_path / "s")
     try:
@@ -236,21 +247,11 @@ BEHIND_WARNING = "bytes behind the commit log at shutdown"
 async def test_shutdown_warning_names_the_bytes_dispatch_had_not_reached(tmp_path, caplog):
     """The abort-file warning gives the undispatched bytes as they are at the stop (a record
     cut in half at the slave's tail), and a store whose dispatch caught up says nothing."""
-    master = await started(tmp_path / "m")
-    slave = await slave_store(tmp_path / "s")
-    try:
-        fill(master, 20)
-        region = master.get_commit_log_data(0)
-        assert region is not None
-        cut = region.size - 30
-        assert slave.append_to_commit_log(0, region.view[:cut])
-        dispatched = await settle(slave)
-        assert 0 < dispatched < cut
-    finally:
-        with caplog.at_level(logging.WARNING, logger="habroker.store.message_store"):
-            await master.shutdown()
-            assert BEHIND_WARNING not in caplog.text  # the master's dispatch is synchronous
-            await slave.shutdown()
+    master, slave, cut, dispatched = await torn_slave(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="habroker.store.message_store"):
+        await master.shutdown()
+        await slave.shutdown()
+    # the master's dispatch is synchronous: only the slave warns
     warnings = [r for r in caplog.records if BEHIND_WARNING in r.getMessage()]
     assert len(warnings) == 1, caplog.text
     assert warnings[0].args == (cut - dispatched,)

@@ -266,11 +266,8 @@ class DLedgerServer:
         entries, ack = self.append_batch([body], hook)
         return entries[0], ack
 
-    def append_batch(
-        self, bodies: Sequence[bytes], hook: AppendHook | None = None
-    ) -> tuple[list[DLedgerEntry], asyncio.Future[Body]]:
-        """Append several entries at once; one future, for the last (commits are in order,
-        so a quorum for the last is a quorum for all)."""
+    def _writable_state(self) -> MemberState:
+        """The state, if this peer may append now: the leader, not handing over, with room."""
         st = self.state
         if not st.is_leader:
             raise NotLeader(RC.NOT_LEADER, st.leader_id)
@@ -278,6 +275,14 @@ class DLedgerServer:
             raise NotLeader(RC.LEADER_TRANSFERRING, st.transferee)
         if self.pusher.pending_full():
             raise NotLeader(RC.LEADER_PENDING_FULL, st.self_id)
+        return st
+
+    def append_batch(
+        self, bodies: Sequence[bytes], hook: AppendHook | None = None
+    ) -> tuple[list[DLedgerEntry], asyncio.Future[Body]]:
+        """Append several entries at once; one future, for the last (commits are in order,
+        so a quorum for the last is a quorum for all)."""
+        st = self._writable_state()
         entries = self.store.append_batch_as_leader(bodies, st.term, hook)
         if self.settings.pusher.sync_flush:  # the leader's own copy counts once flushed
             self._flush_soon()
@@ -289,13 +294,7 @@ class DLedgerServer:
         """:meth:`append_batch` without an object per entry: entries of ``sizes`` bytes that
         ``encode`` lays out (see :meth:`DLedgerMmapFileStore.append_encoded_as_leader`).
         Returns (first index, positions, the future of the last entry's quorum)."""
-        st = self.state
-        if not st.is_leader:
-            raise NotLeader(RC.NOT_LEADER, st.leader_id)
-        if st.transferee is not None:
-            raise NotLeader(RC.LEADER_TRANSFERRING, st.transferee)
-        if self.pusher.pending_full():
-            raise NotLeader(RC.LEADER_PENDING_FULL, st.self_id)
+        st = self._writable_state()
         term = st.term
         first, positions = self.store.append_encoded_as_leader(term, sizes, encode, parts_per_entry)
         if self.settings.pusher.sync_flush:
