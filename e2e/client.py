@@ -37,6 +37,7 @@ from typing import Any
 
 from habroker.client import (
     MQAdmin,
+    MQBrokerError,
     MQClientError,
     MQProducer,
     MQPullConsumer,
@@ -45,6 +46,28 @@ from habroker.client import (
 )
 from habroker.client._protocol import PullResult, error_from, pull_path
 from habroker.client.sync import BrokerConnection
+from habroker.remoting.codes import ResponseCode
+
+#: how long a topic creation follows a leadership change the name server has not seen yet
+ROUTE_SETTLE_S = 60.0
+
+
+async def create_topic(args: argparse.Namespace) -> None:
+    """UPDATE_AND_CREATE_TOPIC on the group's master (leader). The name server learns of a
+    leadership change with the new leader's next registration, so right after one it can still
+    name a peer that now answers NO_PERMISSION (a slave): ask it again, for up to a minute."""
+    deadline = time.monotonic() + ROUTE_SETTLE_S
+    while True:
+        admin = MQAdmin(args.namesrv)
+        try:
+            await admin.create_topic(args.topic, queues=args.queues)
+            return
+        except MQBrokerError as exc:
+            if exc.code != ResponseCode.NO_PERMISSION or time.monotonic() > deadline:
+                raise
+        finally:
+            await admin.close()
+        await asyncio.sleep(1.0)
 
 
 async def produce(args: argparse.Namespace) -> dict[str, Any]:
@@ -52,11 +75,7 @@ async def produce(args: argparse.Namespace) -> dict[str, Any]:
     other: dict[str, int] = {}
     errors: list[str] = []
     started = time.monotonic()
-    admin = MQAdmin(args.namesrv)
-    try:
-        await admin.create_topic(args.topic, queues=args.queues)
-    finally:
-        await admin.close()
+    await create_topic(args)
     async with MQProducer(args.namesrv, "e2e-producer", send_timeout=10.0) as producer:
         for first in range(args.start, args.start + args.count, args.batch):
             ids = list(range(first, min(args.start + args.count, first + args.batch)))
@@ -80,11 +99,7 @@ async def produce(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def load(args: argparse.Namespace) -> dict[str, Any]:
-    admin = MQAdmin(args.namesrv)
-    try:
-        await admin.create_topic(args.topic, queues=args.queues)
-    finally:
-        await admin.close()
+    await create_topic(args)
     acked: list[str] = []
     accepted_at: list[float] = []
     other: dict[str, int] = {}
