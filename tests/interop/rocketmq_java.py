@@ -84,4 +84,4 @@ def ensure_installed(versions: Iterable[str] = VERSIONS) -> Path:
     except InteropUnavailable as exc:
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI must run the RocketMQ interop tests, but {exc}")
-        pytest.skip(str(exc))
+        pytest.skip(f"needs real Apache RocketMQ (Java) to compare against: {exc}")
