@@ -169,6 +169,37 @@ def rocketmq(results: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def cores(results: dict[str, Any], path: Path) -> None:
+    """Throughput and cores used per CPU configuration (module ``cores``)."""
+    cells = (results.get("cores") or {}).get("cells") or []
+    if not cells:
+        return
+    fig, (ax, ax_used) = plt.subplots(1, 2, figsize=(13, 4.8))
+    groups = sorted({(c["batch"], c["producers"], c["cores"]) for c in cells})
+    systems = [s for s in PEER_COLORS if any(c["system"] == s for c in cells)]
+    w = 0.8 / max(1, len(systems))
+    for gi, key in enumerate(groups):
+        for si, system in enumerate(systems):
+            for c in cells:
+                if (c["batch"], c["producers"], c["cores"]) == key and c["system"] == system:
+                    label = system if gi == 0 else None
+                    _bar(ax, gi + si * w, c["msgs_per_s"], PEER_COLORS[system], label, w)
+                    _bar(ax_used, gi + si * w, c["cores_used"], PEER_COLORS[system], label, w)
+    for a in (ax, ax_used):
+        a.set_xticks([i + 0.4 - w / 2 for i in range(len(groups))])
+        a.set_xticklabels([f"b{b} {p}p\n{k} core(s)" for b, p, k in groups], fontsize=8)
+        a.legend(fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("messages/s (1 KiB), log scale")
+    ax.set_title("ASYNC produce with the master pinned", fontsize=10)
+    ax_used.set_ylabel("master CPU s per wall s")
+    ax_used.set_title("Cores the master used", fontsize=10)
+    fig.suptitle("habroker vs Apache RocketMQ 4.9.7 by CPUs given to the master, median (min-max)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def all_plots(results: dict[str, Any], out_dir: Path) -> list[Path]:
     made = []
     for name, fn in (
@@ -176,6 +207,7 @@ def all_plots(results: dict[str, Any], out_dir: Path) -> list[Path]:
         ("sync_async", sync_async),
         ("lag", lag),
         ("rocketmq", rocketmq),
+        ("cores", cores),
     ):
         path = out_dir / f"{name}.png"
         fn(results, path)

@@ -321,6 +321,51 @@ def rocketmq_section(data: dict[str, Any]) -> list[str]:
 
 
 # -- markdown -----------------------------------------------------------------------------------
+def cores_section(data: dict[str, Any]) -> list[str]:
+    lines = ["", "## Cores: both masters pinned to 1, 2 and all CPUs (module `cores`)", ""]
+    cells = data.get("cells") or []
+    if not cells:
+        reason = data.get("skipped") or data.get("error") or "not run"
+        return [*lines, f"Not measured in this run: {reason}."]
+    configs = data.get("configurations", [])
+    lines += [
+        "A RocketMQ ASYNC_MASTER + slave and a habroker ASYNC master + slave side by side in one "
+        "private network namespace, driven by the same remoting load generator. For each "
+        "configuration every thread of each master is pinned (`sched_setaffinity`, as "
+        "`taskset -a`) to the CPUs below; the slaves, the name server and the load generators "
+        "stay on the load side's CPUs. **cores used** is the master's CPU time (all threads) "
+        "over the measurement's wall time. "
+        + "; ".join(
+            f"{len(c['master'])} core(s): master on CPUs {c['master']}, load on {c['load']}"
+            for c in configs
+        )
+        + f". {data.get('reps')} repetitions of {data.get('duration_s')} s, the two brokers "
+        "taking turns going first; median (min-max).",
+        "",
+        f"This part's run: {data.get('started', '?')}, {data.get('seconds', 0):.0f} s"
+        f"{', quick (smoke test, not a measurement)' if data.get('quick') else ''}; load average "
+        f"at start {data.get('machine', {}).get('loadavg_at_start', '?')}.",
+        "",
+        "| batch | producers | cores | habroker msgs/s | cores used | RocketMQ msgs/s | "
+        "cores used | habroker / RocketMQ | habroker / its 1 core | RocketMQ / its 1 core |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    by = {(c["system"], c["cores"], c["batch"], c["producers"]): c for c in cells}
+    for _system, cores, batch, producers in sorted(k for k in by if k[0] == "habroker"):
+        h = by[("habroker", cores, batch, producers)]
+        r = by.get(("rocketmq", cores, batch, producers))
+        lines.append(
+            f"| {batch} | {producers} | {cores} | {_mmm(h['msgs_per_s'])} | "
+            f"{_mmm(h['cores_used'], 2)} | {_mmm(r['msgs_per_s'] if r else None)} | "
+            f"{_mmm(r['cores_used'] if r else None, 2)} | {_x(h.get('ratio_to_rocketmq'))} | "
+            f"{_x(h.get('ratio_to_one_core'))} | {_x(r.get('ratio_to_one_core') if r else None)} |"
+        )
+    bad = {c["system"]: c["not_ok_requests"] for c in cells if c["not_ok_requests"]}
+    if bad:
+        lines += ["", f"Requests not answered SUCCESS: {bad}."]
+    return [*lines, "", "Plot: `bench/results/cores.png`."]
+
+
 def _f(v: float | None, digits: int = 0) -> str:
     if v is None:
         return "-"
@@ -571,6 +616,7 @@ def markdown(results: dict[str, Any]) -> str:
     lines += failover_section()
     lines += dledger_section(results.get("dledger") or {})
     lines += rocketmq_section(results.get("rocketmq") or {})
+    lines += cores_section(results.get("cores") or {})
     notes = results.get("notes", [])
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]

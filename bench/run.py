@@ -2,8 +2,9 @@
 
 Order: physical limits; then, with habroker (ASYNC and SYNC groups) and Redis running side by
 side, produce, SYNC vs ASYNC + latency, replication lag and pull; then slave catch-up (the
-servers are stopped first), DLedger, and last habroker beside a real Apache RocketMQ 4.9.7 group
-and Redis in a private network namespace (``rocketmq``; ``--no-rocketmq`` leaves it out). Each
+servers are stopped first), DLedger, habroker beside a real Apache RocketMQ 4.9.7 group and
+Redis in a private network namespace (``rocketmq``), and last both masters pinned to 1, 2 and all
+CPUs (``cores``; ``--no-rocketmq`` leaves these two out). Each
 module's JSON goes to ``bench/results/NAME.json``, plots beside it, and ``docs/benchmarks.md``
 is regenerated from the results (a module not run this time keeps its previous JSON). Every
 server started is stopped, also on failure or SIGTERM.
@@ -23,6 +24,7 @@ from typing import Any
 from bench import (
     catchup,
     common,
+    cores,
     dledger,
     lag,
     limits,
@@ -35,7 +37,17 @@ from bench import (
     systems,
 )
 
-MODULES = ("limits", "produce", "sync_async", "lag", "pull", "catchup", "dledger", "rocketmq")
+MODULES = (
+    "limits",
+    "produce",
+    "sync_async",
+    "lag",
+    "pull",
+    "catchup",
+    "dledger",
+    "rocketmq",
+    "cores",
+)
 NEEDS_SERVERS = {"produce", "sync_async", "lag", "pull"}
 
 
@@ -50,7 +62,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--no-rocketmq",
         action="store_true",
-        help="leave out the real RocketMQ peer (module rocketmq: Java brokers, several minutes)",
+        help="leave out the real RocketMQ peer (modules rocketmq and cores: Java brokers, minutes)",
     )
     p.add_argument("--results-dir", type=Path, default=common.RESULTS_DIR)
     p.add_argument("--docs", type=Path, default=common.ROOT / "docs" / "benchmarks.md")
@@ -94,8 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = settings_from(args)
     common.install_signal_handlers()
     wanted = [] if args.report_only else list(args.only or MODULES)
-    if args.no_rocketmq and "rocketmq" in wanted:
-        wanted.remove("rocketmq")
+    if args.no_rocketmq:
+        wanted = [m for m in wanted if m not in ("rocketmq", "cores")]
     args.results_dir.mkdir(parents=True, exist_ok=True)
     settings.scratch.mkdir(parents=True, exist_ok=True)
     keep = args.only or args.report_only
@@ -163,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
             attempt("dledger", lambda: dledger.run(settings))
         if "rocketmq" in wanted:
             attempt("rocketmq", lambda: rocketmq.run(settings, redis=not args.no_redis))
+        if "cores" in wanted:
+            attempt("cores", lambda: cores.run(settings))
     finally:
         common.stop_all()
     meta["elapsed_s"] = time.monotonic() - started

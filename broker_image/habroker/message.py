@@ -606,15 +606,26 @@ def parse_record(
     code = 0
     if props_len > 0:
         props = tail[q + 2 :]
-        i = props.find(b"TAGS\x01")
-        if i >= 0:
-            if (i == 0 or props[i - 1] == 2) and props.find(b"TAGS\x01", i + 5) < 0:
-                stop = props.find(b"\x02", i + 5)
-                tags: bytes | None = props[i + 5 : stop] if stop >= 0 else props[i + 5 :]
-            else:
-                tags = find_property(props, b"TAGS")
-            if tags:
-                code = _tags_code_utf8(tags)
-        if topic == SCHEDULE_TOPIC and b"DELAY\x01" in props:
-            code = _delay_tags_code(props, store_ts, code, delay_levels)
+        code = unit_tags_code(topic, props, store_ts, delay_levels)
     return topic, queue_id, phys, total, code, store_ts, queue_offset, sys_flag
+
+
+def unit_tags_code(
+    topic: str, props: bytes, store_timestamp: int, delay_levels: Sequence[int] = DELAY_LEVELS_MS
+) -> int:
+    """A consume-queue unit's tagsCode from its record's raw properties: the TAGS hash, or for
+    SCHEDULE_TOPIC_XXXX the delivery time.  The dispatcher (from a parsed record) and the
+    master's put path (from the batch it just wrote) both ask here, so they cannot differ."""
+    code = 0
+    i = props.find(b"TAGS\x01")
+    if i >= 0:
+        if (i == 0 or props[i - 1] == 2) and props.find(b"TAGS\x01", i + 5) < 0:
+            stop = props.find(b"\x02", i + 5)
+            tags: bytes | None = props[i + 5 : stop] if stop >= 0 else props[i + 5 :]
+        else:
+            tags = find_property(props, b"TAGS")
+        if tags:
+            code = _tags_code_utf8(tags)
+    if topic == SCHEDULE_TOPIC and b"DELAY\x01" in props:
+        code = _delay_tags_code(props, store_timestamp, code, delay_levels)
+    return code

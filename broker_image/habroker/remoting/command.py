@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
+import msgspec
+
 from habroker.remoting.codes import LanguageCode, ResponseCode
 
 # Netty's LengthFieldBasedFrameDecoder limit in RocketMQ (com.rocketmq.remoting.frameMaxLength)
@@ -30,6 +32,8 @@ _FRAME_HEAD = struct.Struct(">ii")
 _RMQ_FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
 _U16 = struct.Struct(">H")
 _LANGUAGE_BY_NAME = {m.name: m for m in LanguageCode}
+_json_encode = msgspec.json.Encoder().encode
+_json_decode = msgspec.json.Decoder().decode
 
 
 class SerializeType(IntEnum):
@@ -146,7 +150,9 @@ class RemotingCommand:
         }
         if self.remark is not None:
             obj["remark"] = self.remark
-        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+        # msgspec writes what json.dumps(separators=(",", ":"), ensure_ascii=False) does, byte
+        # for byte (tests/habroker/remoting/test_command.py), at a fraction of the cost per frame
+        return _json_encode(obj)
 
     def _encode_rocketmq_header(self) -> bytes:
         out = bytearray(
@@ -210,8 +216,8 @@ def decode_frame(frame: memoryview) -> RemotingCommand:
 
 def _decode_json_header(header: memoryview) -> RemotingCommand:
     try:
-        obj = json.loads(bytes(header))
-    except (ValueError, RecursionError) as exc:
+        obj = _json_decode(header)
+    except (ValueError, RecursionError) as exc:  # msgspec.DecodeError is a ValueError
         raise BadFrame(f"JSON header does not parse: {exc}") from None
     if not isinstance(obj, dict):
         raise BadFrame("JSON header is not an object")

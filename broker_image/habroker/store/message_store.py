@@ -35,6 +35,7 @@ from habroker.message import (
     MessageExt,
     decode_record,
     host_block,
+    unit_tags_code,
 )
 from habroker.store.checkpoint import StoreCheckpoint
 from habroker.store.cleaner import CleanCommitLogService, expired_before_ms, should_clean
@@ -94,6 +95,7 @@ class PutPlan:
     queue_offset: int  # the first record's queue offset
     store_block: bytes  # STOREHOST as written
     store_ts: int
+    sys_flag: int  # SYSFLAG as written
 
 
 class MessageStore:
@@ -344,20 +346,58 @@ class MessageStore:
         if last is not None and last.queue_id == queue_id and last.topic == topic:
             cq = last
         else:
-            found = self.consume_queues.get((topic, queue_id))
+            found = self._find_consume_queue(topic, queue_id, phys)
             if found is None:
-                if not _TOPIC_RE.match(topic) or queue_id < 0:
-                    log.error(
-                        "record at %d has topic %r queue %d that cannot name a consume "
-                        "queue; not indexed",
-                        phys,
-                        topic,
-                        queue_id,
-                    )
-                    return
-                found = self._new_consume_queue(topic, queue_id)
-            cq = self._last_cq = found
+                return
+            cq = found
         cq.put_unit(phys, size, tags, queue_offset)
+
+    def _find_consume_queue(self, topic: str, queue_id: int, phys: int) -> ConsumeQueue | None:
+        """The queue a record at ``phys`` goes to, made if new; None if no queue can hold it."""
+        found = self.consume_queues.get((topic, queue_id))
+        if found is None:
+            if not _TOPIC_RE.match(topic) or queue_id < 0:
+                log.error(
+                    "record at %d has topic %r queue %d that cannot name a consume "
+                    "queue; not indexed",
+                    phys,
+                    topic,
+                    queue_id,
+                )
+                return None
+            found = self._new_consume_queue(topic, queue_id)
+        self._last_cq = found
+        return found
+
+    def _dispatch_put(
+        self, topic: str, queue_id: int, entries: Sequence[BatchEntry], at: int, plan: PutPlan
+    ) -> None:
+        """Index a batch the master has just written at ``at`` from what the put already knows
+        (offsets, sizes, store time, the raw properties), instead of parsing the records back
+        out of the mapping. The units are the ones :meth:`ReputMessageService.do_reput` would
+        make (tests/habroker/test_store_dispatch_put.py holds them side by side)."""
+        tran = plan.sys_flag & TRANSACTION_TYPE_MASK
+        if not tran or tran == TRANSACTION_COMMIT_TYPE:
+            last = self._last_cq
+            if last is not None and last.queue_id == queue_id and last.topic == topic:
+                cq: ConsumeQueue | None = last
+            else:
+                cq = self._find_consume_queue(topic, queue_id, at)
+            if cq is not None:
+                put_unit = cq.put_unit
+                levels = self.config.delay_levels_ms
+                store_ts = plan.store_ts
+                phys = at
+                queue_offset = plan.queue_offset
+                sizes = plan.sizes if plan.sizes is not None else (plan.total,)
+                for entry, size in zip(entries, sizes, strict=True):
+                    props = entry.properties
+                    tags = unit_tags_code(topic, props, store_ts, levels) if props else 0
+                    put_unit(phys, size, tags, queue_offset)
+                    phys += size
+                    queue_offset += 1
+        self.reput.reput_from_offset = at + plan.total
+        self.reput.last_store_timestamp = plan.store_ts
 
     def _notify(self) -> None:
         if self._new_data is not None:
@@ -413,7 +453,10 @@ class MessageStore:
                 record_offsets.append(at)
                 at += size
         self._queue_offsets[(topic, queue_id)] = plan.queue_offset + len(entries)
-        self.reput.do_reput()
+        if self.reput.reput_from_offset == wrote_offset:
+            self._dispatch_put(topic, queue_id, entries, wrote_offset, plan)
+        else:  # a BLANK sealed the last file first (or dispatch lags): parse from where it is
+            self.reput.do_reput()
         self._notify()
         return PutResult(
             PutStatus.PUT_OK,
@@ -519,6 +562,7 @@ class MessageStore:
             queue_offset,
             store_block,
             store_ts,
+            sys_flag,
         )
 
     def _check_topic(self, topic: str) -> bytes:

@@ -9,6 +9,8 @@ import pytest
 from habroker.remoting import BadFrame, FrameDecoder, RemotingCommand, SerializeType
 from habroker.remoting.codes import LanguageCode
 from habroker.remoting.command import iter_frames
+from hypothesis import given
+from hypothesis import strategies as st
 
 
 def rocketmq_header(code, lang, version, opaque, flag, remark, fields):
@@ -85,6 +87,39 @@ def test_json_header_as_java_writes_it():
     assert back.is_response and back.opaque == 5 and back.code == 17
     assert back.remark == "no route" and back.ext_fields == {"x": "1"}
     assert back.serialize_type is SerializeType.JSON
+
+
+@given(
+    code=st.integers(-(2**15), 2**15 - 1),
+    opaque=st.integers(-(2**31), 2**31 - 1),
+    remark=st.none() | st.text(),
+    fields=st.dictionaries(st.text(), st.text(), max_size=6),
+)
+def test_json_header_bytes_are_compact_utf8_json(code, opaque, remark, fields):
+    """The JSON header is exactly what a compact, non-ASCII-escaping ``json.dumps`` gives (the
+    layout earlier releases wrote and Java's fastjson reads), whatever the text holds."""
+    cmd = RemotingCommand(code, opaque=opaque, remark=remark, ext_fields=fields)
+    obj = {
+        "code": code,
+        "extFields": fields,
+        "flag": 0,
+        "language": cmd.language.name,
+        "opaque": opaque,
+        "serializeTypeCurrentRPC": "JSON",
+        "version": cmd.version,
+    }
+    if remark is not None:
+        obj["remark"] = remark
+    try:
+        want = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    except UnicodeEncodeError:  # a lone surrogate has no UTF-8 form: refused either way
+        with pytest.raises((UnicodeEncodeError, ValueError)):
+            cmd.encode_bytes()
+        return
+    header = cmd.encode_bytes()[8:]
+    assert header == want
+    (back,) = iter_frames(cmd.encode_bytes())
+    assert (back.code, back.opaque, back.remark, back.ext_fields) == (code, opaque, remark, fields)
 
 
 def test_body_parts_are_written_without_joining():
