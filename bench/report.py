@@ -480,7 +480,12 @@ def markdown(results: dict[str, Any]) -> str:
         f"machine: {meta.get('machine', {}).get('cpus', '?')} CPUs, Python "
         f"{meta.get('machine', {}).get('python', '?')}, load average at start "
         f"{meta.get('machine', {}).get('loadavg_at_start', '?')}; "
-        f"Redis {meta.get('systems', {}).get('redis_version', 'not available')}.",
+        f"Redis {meta.get('systems', {}).get('redis_version', 'not available')}."
+        + "".join(
+            f" Module(s) {', '.join(r['modules'])} re-run alone since: {r['started']}, "
+            f"{r['elapsed_s']:.0f} s, load average at start {r.get('loadavg_at_start', '?')}."
+            for r in meta.get("reruns", [])
+        ),
         "",
         "Plots: `bench/results/*.png`; raw data: `bench/results/*.json`.",
         "",

@@ -112,8 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     settings.scratch.mkdir(parents=True, exist_ok=True)
     keep = args.only or args.report_only
     results = load_previous(args.results_dir) if keep else {}
-    if args.report_only:
-        with contextlib.suppress(OSError, ValueError):
+    if keep:  # the header keeps describing the last full run; --only runs are listed under it
+        with contextlib.suppress(OSError, ValueError, KeyError):
             results["meta"] = json.loads((args.results_dir / "summary.json").read_text())["meta"]
     started = time.monotonic()
     meta: dict[str, Any] = {
@@ -182,7 +182,13 @@ def main(argv: list[str] | None = None) -> int:
     meta["elapsed_s"] = time.monotonic() - started
     if args.report_only:
         meta = results.get("meta", meta)
-    results["meta"] = {**results.get("meta", {}), **meta} if args.only else meta
+    if args.only and results.get("meta"):
+        rerun = {k: meta[k] for k in ("started", "elapsed_s", "modules", "quick")}
+        rerun["loadavg_at_start"] = meta["machine"].get("loadavg_at_start")
+        previous = [r for r in results["meta"].get("reruns", []) if r["modules"] != wanted]
+        results["meta"]["reruns"] = [*previous, rerun]
+    else:
+        results["meta"] = meta
     report.add_ratios(results)
     results["goals"] = report.goals(results)
     results["notes"] = meta.get("notes", [])
