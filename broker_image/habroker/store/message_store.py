@@ -385,7 +385,7 @@ class MessageStore:
                 cq = self._find_consume_queue(topic, queue_id, at)
             if cq is not None:
                 put_unit = cq.put_unit
-                levels = self.config.delay_levels_ms
+                levels = self.reput.delay_levels  # parsed once, at start
                 store_ts = plan.store_ts
                 phys = at
                 queue_offset = plan.queue_offset
