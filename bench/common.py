@@ -6,16 +6,19 @@ fails, or the orchestrator exits (``atexit`` and SIGTERM), so a run never leaves
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import contextlib
+import json
 import os
 import random
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,3 +147,39 @@ def machine_info() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "loadavg_at_start": [round(x, 2) for x in load],
     }
+
+
+# -- one module run on its own ------------------------------------------------------------------
+def settings_for(args: argparse.Namespace) -> Settings:
+    """Settings from the options every runner shares (--quick, --reps, --duration, --scratch)."""
+    scratch = getattr(args, "scratch", None) or SCRATCH_DIR
+    s = Settings.quick_mode(scratch) if args.quick else Settings(scratch=scratch)
+    if args.reps:
+        s.reps = args.reps
+    if args.duration:
+        s.duration = args.duration
+    return s
+
+
+def standalone_parser(prog: str, doc: str | None, out: str) -> argparse.ArgumentParser:
+    """``python -m bench.NAME``'s options: --quick, --reps, --duration, --out, --scratch."""
+    p = argparse.ArgumentParser(prog=prog, description=(doc or "").split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="small and short: a smoke test")
+    p.add_argument("--reps", type=int, help="repetitions (default 3; quick 1)")
+    p.add_argument("--duration", type=float, help="seconds per throughput measurement")
+    p.add_argument("--out", type=Path, default=RESULTS_DIR / out, help="the JSON to write")
+    p.add_argument("--scratch", type=Path, default=SCRATCH_DIR)
+    return p
+
+
+def run_standalone(args: argparse.Namespace, measure: Callable[[Settings], dict[str, Any]]) -> int:
+    """Run one module's measurement, stop every server it started, write its JSON."""
+    install_signal_handlers()
+    try:
+        result = measure(settings_for(args))
+    finally:
+        stop_all()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result.get("skipped") or "done"), file=sys.stderr)
+    return 0

@@ -20,9 +20,7 @@ with *k*; a single event loop stays at or below 1.0.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
 import os
 import sys
 import time
@@ -197,31 +195,8 @@ def run(settings: common.Settings) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.cores", description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="one cell, 1 repetition: a smoke test")
-    p.add_argument("--reps", type=int)
-    p.add_argument("--duration", type=float)
-    p.add_argument("--out", type=Path, default=common.RESULTS_DIR / "cores.json")
-    p.add_argument("--scratch", type=Path, default=common.SCRATCH_DIR)
-    args = p.parse_args(argv)
-    settings = (
-        common.Settings.quick_mode(args.scratch)
-        if args.quick
-        else common.Settings(scratch=args.scratch)
-    )
-    if args.reps:
-        settings.reps = args.reps
-    if args.duration:
-        settings.duration = args.duration
-    common.install_signal_handlers()
-    try:
-        result = run(settings)
-    finally:
-        common.stop_all()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps(result.get("skipped") or "done"), file=sys.stderr)
-    return 0
+    p = common.standalone_parser("python -m bench.cores", __doc__, "cores.json")
+    return common.run_standalone(p.parse_args(argv), run)
 
 
 if __name__ == "__main__":

@@ -25,9 +25,7 @@ messages from a queue's start, over and over) and the real Java producer (intero
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
 import os
 import shutil
 import socket
@@ -609,29 +607,10 @@ def run(settings: common.Settings, redis: bool = True) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m bench.rocketmq", description=__doc__.split("\n\n")[0]
-    )
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--reps", type=int)
-    p.add_argument("--duration", type=float)
+    p = common.standalone_parser("python -m bench.rocketmq", __doc__, "rocketmq.json")
     p.add_argument("--no-redis", action="store_true")
-    p.add_argument("--out", type=Path, default=common.RESULTS_DIR / "rocketmq.json")
     args = p.parse_args(argv)
-    settings = common.Settings.quick_mode() if args.quick else common.Settings()
-    if args.reps:
-        settings.reps = args.reps
-    if args.duration:
-        settings.duration = args.duration
-    common.install_signal_handlers()
-    try:
-        result = run(settings, redis=not args.no_redis)
-    finally:
-        common.stop_all()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps(result.get("skipped") or "done"), file=sys.stderr)
-    return 0
+    return common.run_standalone(args, lambda settings: run(settings, redis=not args.no_redis))
 
 
 if __name__ == "__main__":

@@ -77,15 +77,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def settings_from(args: argparse.Namespace) -> common.Settings:
-    s = (
-        common.Settings.quick_mode(args.scratch)
-        if args.quick
-        else common.Settings(scratch=args.scratch)
-    )
-    if args.reps:
-        s.reps = args.reps
-    if args.duration:
-        s.duration = args.duration
+    s = common.settings_for(args)
     if args.catchup_size:
         s.catchup_size = args.catchup_size
     return s
