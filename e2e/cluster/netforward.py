@@ -45,26 +45,61 @@ def enter_netns(path: str) -> None:
 
 
 async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Relay one direction until its source ends, then pass the end on as a half-close.
+
+    The other direction stays open: a client that half-closes still gets its answer, and a
+    server that closes after its last bytes leaves the client to read them and close in its own
+    time. Closing the whole socket instead made the kernel reset it as soon as the client sent
+    anything more (a websocket close or ping), throwing away what the client had not read yet:
+    ``kubectl exec`` failed with "connection reset by peer" at the end of a long stream. If the
+    destination is gone, the source is still read to its end (and dropped), for the same
+    reason. A source that fails (reset) raises: the caller then drops both sides.
+    """
+    forwarding = True
+    while data := await reader.read(65536):
+        if forwarding and not writer.is_closing():
+            try:
+                writer.write(data)
+                await writer.drain()
+            except (ConnectionError, OSError):
+                forwarding = False
+        else:
+            forwarding = False
+    if forwarding and writer.can_write_eof():
+        with contextlib.suppress(ConnectionError, OSError, RuntimeError):
+            writer.write_eof()
+
+
+async def relay(
+    client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+) -> None:
+    """Both directions until both have ended (or one side failed), then close both sockets."""
+    tasks = [
+        asyncio.ensure_future(pipe(client[0], upstream[1])),
+        asyncio.ensure_future(pipe(upstream[0], client[1])),
+    ]
     try:
-        while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
+        await asyncio.gather(*tasks)
     except (ConnectionError, OSError):
-        pass
+        pass  # one side reset the connection: nothing more can be relayed faithfully
     finally:
-        with contextlib.suppress(OSError, RuntimeError):
-            writer.close()
+        for task in tasks:
+            task.cancel()
+        for _reader, writer in (client, upstream):
+            with contextlib.suppress(OSError, RuntimeError):
+                writer.close()
 
 
 async def serve(listener: socket.socket, target: tuple[str, int]) -> None:
     async def handle(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
         try:
-            upstream_r, upstream_w = await asyncio.wait_for(asyncio.open_connection(*target), 10)
+            upstream = await asyncio.wait_for(asyncio.open_connection(*target), 10)
         except (OSError, TimeoutError) as exc:
             log.warning("cannot reach %s:%d: %s", *target, exc)
             client_w.close()
             return
-        await asyncio.gather(pipe(client_r, upstream_w), pipe(upstream_r, client_w))
+        await relay((client_r, client_w), upstream)
 
     server = await asyncio.start_server(handle, sock=listener)
     async with server:
