@@ -30,6 +30,7 @@ from typing import Any
 
 from bench import common, loadgen, rocketmq, servers
 from bench.cores import cpu_seconds
+from bench.event_loop import job
 from bench.stats import ratio, summary
 
 CELLS = ((1, 4), (32, 4), (256, 4))
@@ -79,17 +80,6 @@ PATCH = textwrap.dedent(
         channel.Channel.write = write
     """
 )
-
-
-def job(port: int, batch: int, producers: int, settings: common.Settings) -> loadgen.Job:
-    body = common.payload()
-    requests = [
-        loadgen.remoting_send(servers.TOPIC, i % servers.QUEUES, body, batch)
-        for i in range(producers)
-    ]
-    j = loadgen.Job("remoting", port, requests, batch)
-    j.duration, j.warmup, j.processes = settings.duration, settings.warmup, min(producers, 4)
-    return j
 
 
 def run(settings: common.Settings) -> dict[str, Any]:
