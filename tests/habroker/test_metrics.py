@@ -95,10 +95,16 @@ def test_types_latency_and_consumer_lag(broker_factory):
 def test_sync_wait_and_ha_lag_while_a_slave_is_stopped(group_factory):
     group = group_factory(mode="SYNC", syncFlushTimeout=500, **SMALL)
     slave_labels = {"broker": "broker-a", "brokerId": "1"}
+    # a put before the master has the slave's first report is answered SLAVE_NOT_AVAILABLE at
+    # once and waits for nothing (so it is not in habroker_sync_wait_seconds): wait for it
+    wait_for(
+        lambda: group.master.status()["master"]["connectionCount"] >= 1,
+        what="the master to count its slave",
+    )
     with Producer(group.master.http_address) as producer:
         producer.create_topic("st", 1)
         for _ in range(5):
-            assert producer.send_batch("st", [b"y" * 100] * 10, queue_id=0).ok
+            assert producer.send_batch("st", [b"y" * 100] * 10, queue_id=0).status == "PUT_OK"
         group.wait_replicated()
         m = wait_for(
             lambda: (
