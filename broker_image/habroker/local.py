@@ -30,26 +30,53 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
+_EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LISTEN_FLOOR = 10000
+_handed_out: set[int] = set()
+
+
+def _listen_range() -> range:
+    """Ports for listeners to pick from: below the kernel's ephemeral range.
+
+    A port bound to 0 and released comes from the ephemeral range, and any outgoing connection
+    on the machine (a slave dialling its master, a test's client) may take it as its local port
+    before the broker binds it: "address already in use", seen in CI. Below the range only
+    another listener can take it.
+    """
+    try:
+        low = int(_EPHEMERAL.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return range(_LISTEN_FLOOR, max(low, _LISTEN_FLOOR + 1000))
+
+
 def free_ports(count: int) -> list[int]:
-    """``count`` distinct free ports: the sockets stay bound until all are picked, so the
-    kernel cannot hand the same port out twice (one broker's ports must differ)."""
-    with contextlib.ExitStack() as stack:
-        ports = []
-        for _ in range(count):
-            sock = stack.enter_context(socket.socket())
-            sock.bind(("127.0.0.1", 0))
-            ports.append(int(sock.getsockname()[1]))
-        return ports
+    """``count`` distinct free ports for listeners, none handed out before in this process (a
+    port picked for a broker that has not bound it yet looks free)."""
+    candidates = _listen_range()
+    ports: list[int] = []
+    for _ in range(64 * count):
+        port = random.choice(candidates)
+        if port not in _handed_out and port not in ports and _is_free(port):
+            ports.append(port)
+            if len(ports) == count:
+                _handed_out.update(ports)
+                return ports
+    raise OSError(f"no {count} free ports in {candidates.start}-{candidates.stop - 1}")
 
 
 def port_pairs(count: int, tries: int = 200) -> tuple[list[int], list[int]]:
     """``count`` client ports and as many DLedger ports, every pair the same distance apart:
     a follower finds its leader's client port that way (as pods sharing 10911/40911 do)."""
+    candidates = _listen_range()
     for _ in range(tries):
         clients = free_ports(count)
         distance = random.randint(1, 2000)
         dledger = [port + distance for port in clients]
-        if max(dledger) < 65536 and all(_is_free(port) for port in dledger):
+        if all(
+            port in candidates and port not in _handed_out and _is_free(port) for port in dledger
+        ):
+            _handed_out.update(dledger)
             return clients, dledger
     raise OSError(f"no {count} free port pairs one distance apart in {tries} tries")
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from habroker.local import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,12 +29,6 @@ def find_bin_dir() -> Path | None:
         if (path / "kube-apiserver").is_file() and (path / "etcd").is_file():
             return path
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

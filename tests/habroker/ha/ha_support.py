@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import struct
 import time
 from collections.abc import Callable
@@ -12,18 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from habroker.config import BrokerConfig, BrokerRole
+from habroker.local import free_port
 from habroker.store.message_store import MessageStore
 from habroker.store.values import BatchEntry
 
 FILE_SIZE = 64 * 1024
 REPORT = struct.Struct(">q")
 HEADER = struct.Struct(">qi")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def master_config(root: Path, **overrides: Any) -> BrokerConfig:
