@@ -14,6 +14,7 @@ import logging
 import struct
 import zlib
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Callable, Sequence
 
 from habroker.dledger.entry import BODY_OFFSET, CURRENT_MAGIC, HEADER_FORMAT
@@ -143,6 +144,34 @@ class DLedgerReput(ReputMessageService):
         super().__init__(commit_log, dispatch, lambda: False, delay_levels)
         self.store = commit_log.dledger_store
         self.dispatched_index = -1
+        #: units the leader made from its own puts, dispatched at commit without a parse:
+        #: (index, term, entry position, unit), in index order
+        self.planned: deque[tuple[int, int, int, DispatchTuple]] = deque()
+
+    def plan(
+        self, first_index: int, term: int, positions: Sequence[int], units: Sequence[DispatchTuple]
+    ) -> None:
+        """Units of entries this leader just appended, for :meth:`do_reput` to take when they
+        commit. An entry is the one planned only if its index, term and position all match
+        (same index and term: the same entry, DLedger's log-matching rule); anything else, a
+        cut tail rewritten under a new term, is parsed from the files as before."""
+        planned = self.planned
+        if planned and planned[-1][0] >= first_index:
+            planned.clear()  # appended again below what was planned: a new leadership
+        planned.extend(
+            (first_index + i, term, pos, unit)
+            for i, (pos, unit) in enumerate(zip(positions, units, strict=True))
+        )
+
+    def _planned(self, index: int, term: int, pos: int) -> DispatchTuple | None:
+        planned = self.planned
+        while planned and planned[0][0] < index:
+            planned.popleft()
+        if planned and planned[0][0] == index:
+            _index, at_term, at_pos, unit = planned.popleft()
+            if at_term == term and at_pos == pos:
+                return unit
+        return None
 
     def start_after(self, covered_phys: int) -> None:
         """Resume after the last entry the consume queues already index (``covered_phys`` is
@@ -194,20 +223,33 @@ class DLedgerReput(ReputMessageService):
                     self.reput_from_offset = mf.file_end_offset  # on to the next file
                     continue
                 if rel + BODY_OFFSET <= wrote:
-                    _m, size, at_index, _t, at_pos = _ENTRY_HEAD.unpack_from(view, rel)
+                    _m, size, at_index, term, at_pos = _ENTRY_HEAD.unpack_from(view, rel)
                     if at_index == index and at_pos == pos and rel + size <= wrote:
-                        parsed = parse_record(
-                            view[: rel + size], rel + BODY_OFFSET, False, delay_levels
+                        unit = self._planned(index, term, pos) if self.planned else None
+                        self._dispatched(
+                            index,
+                            pos,
+                            size,
+                            unit
+                            if unit is not None
+                            else parse_record(
+                                view[: rel + size], rel + BODY_OFFSET, False, delay_levels
+                            ),
+                            dispatch,
                         )
-                        self._dispatched(index, pos, size, parsed, dispatch)
                         count += 1
                         continue
             entry = store.get(index)  # the walk lost its place (a cut log, a fresh start)
             if entry is None:
                 log.error("committed entry %d cannot be read; dispatch waits", index)
                 return count
-            parsed = parse_record(entry.body, 0, False, delay_levels)
-            self._dispatched(index, entry.pos, entry.size, parsed, dispatch)
+            self._dispatched(
+                index,
+                entry.pos,
+                entry.size,
+                parse_record(entry.body, 0, False, delay_levels),
+                dispatch,
+            )
             count += 1
         return count
 

@@ -29,10 +29,10 @@ from habroker.dledger.entry import BODY_OFFSET, DLedgerEntry
 from habroker.dledger.entry_pusher import PusherConfig
 from habroker.dledger.leader_elector import ElectionTimings
 from habroker.dledger.protocol import Body
-from habroker.message import POS_PHYSICAL_OFFSET
+from habroker.message import POS_PHYSICAL_OFFSET, DispatchTuple, unit_tags_code
 from habroker.store.checkpoint import StoreCheckpoint
 from habroker.store.errors import StoreError
-from habroker.store.message_store import MessageStore
+from habroker.store.message_store import MessageStore, PutPlan
 from habroker.store.values import BatchEntry, CleanResult, PutResult, PutStatus
 
 log = logging.getLogger(__name__)
@@ -198,9 +198,11 @@ class DLedgerMessageStore(MessageStore):
         # one entry per record, the records encoded with their entries' headers in one pass
         # once the positions are known (PHYSICALOFFSET = position + 48: RocketMQ's append hook)
         sizes = plan.sizes if plan.sizes is not None else [plan.total]
-        _first, positions, ack = self.dledger.append_encoded(
-            [BODY_OFFSET + size for size in sizes],
-            lambda term, first, where: encode_entries(
+        terms: list[int] = []
+
+        def encode(term: int, first: int, where: Sequence[int]) -> list[bytes | memoryview]:
+            terms.append(term)
+            return encode_entries(
                 plan.topic_tail,
                 queue_id,
                 entries,
@@ -210,10 +212,15 @@ class DLedgerMessageStore(MessageStore):
                 term,
                 first,
                 where,
-            ),
-            PARTS_PER_ENTRY,
+            )
+
+        first_index, positions, ack = self.dledger.append_encoded(
+            [BODY_OFFSET + size for size in sizes], encode, PARTS_PER_ENTRY
         )
         offsets = [record_offset(pos) for pos in positions]
+        if terms:  # dispatched at commit from these, not parsed back out of the files
+            units = self._units(topic, queue_id, entries, sizes, offsets, plan)
+            self.dreput.plan(first_index, terms[0], positions, units)
         acks = [ack]
         queue_offset = plan.queue_offset + len(offsets)
         self._queue_offsets[(topic, queue_id)] = queue_offset
@@ -229,6 +236,38 @@ class DLedgerMessageStore(MessageStore):
             offsets if len(entries) > 1 else None,
         )
         return DLedgerPut(result, acks)
+
+    def _units(
+        self,
+        topic: str,
+        queue_id: int,
+        entries: Sequence[BatchEntry],
+        sizes: Sequence[int],
+        offsets: Sequence[int],
+        plan: PutPlan,
+    ) -> list[DispatchTuple]:
+        """The dispatcher's tuples for a put, from what the put knows (as the classic master's
+        ``_dispatch_put``; tests/habroker/test_dledger_dispatch_put.py holds them beside the
+        parsed ones)."""
+        levels = self.reput.delay_levels
+        store_ts = plan.store_ts
+        sys_flag = plan.sys_flag
+        first = plan.queue_offset
+        return [
+            (
+                topic,
+                queue_id,
+                phys,
+                size,
+                unit_tags_code(topic, entry.properties, store_ts, levels)
+                if entry.properties
+                else 0,
+                store_ts,
+                first + i,
+                sys_flag,
+            )
+            for i, (entry, size, phys) in enumerate(zip(entries, sizes, offsets, strict=True))
+        ]
 
     # -- what classic HA and retention would do ------------------------------------------------
     async def _flush_commit_log(self) -> None:
