@@ -21,16 +21,7 @@ from habroker.store import BatchEntry
 
 from .storeutil import make_config
 from .test_dledger_store import FILE, open_store
-
-BORN = ("10.0.0.9", 40001)
-PROPS = (
-    b"",
-    b"TAGS\x01a\x02",
-    "TAGS\x01é中\x02KEYS\x01k\x02".encode(),
-    b"TAGS\x01b\x02TAGS\x01c\x02",
-    b"DELAY\x013\x02TAGS\x01z\x02",
-    b"DELAY\x0199\x02",
-)
+from .test_store_dispatch_put import BORN, PROPS
 
 
 async def one_peer_leader(root: Path) -> DLedgerMessageStore:
