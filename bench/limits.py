@@ -4,6 +4,9 @@
   in writes of one batch (1, 32, 256 messages), buffered (what ASYNC_FLUSH amounts to), and with
   fdatasync every MiB;
 * fdatasync latency: one 1 KiB append + fdatasync, p50/p99;
+* sequential read: the same payloads read back from a file in the page cache, 32 KiB per
+  read into one reused buffer (a pull of 32 messages at the least: issue 17 compares pulls
+  with it);
 * loopback: ``os.sendfile`` from a file over 127.0.0.1 TCP into a receiver process doing
   ``recv_into`` + ``os.write`` to a file (what a slave must do at the least).
 """
@@ -40,6 +43,19 @@ def seq_write(path: Path, total: int, chunk: bytes, sync_every: int = 0) -> floa
         os.close(fd)
         path.unlink(missing_ok=True)
     return n * len(chunk) / elapsed
+
+
+def seq_read(path: Path, chunk: int = 32 * 1024) -> float:
+    """Bytes/s reading ``path`` (already in the page cache) front to back, ``chunk`` bytes per
+    read into one reused buffer."""
+    buf = bytearray(chunk)
+    got = 0
+    with open(path, "rb", buffering=0) as f:
+        start = time.perf_counter()
+        while n := f.readinto(buf):
+            got += n
+        elapsed = time.perf_counter() - start
+    return got / elapsed if elapsed > 0 else 0.0
 
 
 def fdatasync_latency(path: Path, samples: int, record: bytes) -> list[float]:
@@ -116,6 +132,7 @@ def run(settings: common.Settings) -> dict[str, Any]:
         raw: dict[int, list[float]] = {b: [] for b in settings.batches}
         synced: list[float] = []
         loop: list[float] = []
+        read: list[float] = []
         fsync: list[float] = []
         src = work / "loopback-src"
         total = settings.limit_bytes
@@ -131,11 +148,13 @@ def run(settings: common.Settings) -> dict[str, Any]:
                 seq_write(work / "seq", settings.limit_bytes, body * 256, sync_every=1 << 20)
             )
             loop.append(loopback(src, work / "loopback-dst", total))
+            read.append(seq_read(src))
             fsync.extend(fdatasync_latency(work / "fsync", settings.fsync_samples, body))
         for batch, values in raw.items():
             result["seq_write"][str(batch)] = summary([v / 1e6 for v in values])
         result["seq_write_sync_1MiB"] = summary([v / 1e6 for v in synced])
         result["loopback"] = summary([v / 1e6 for v in loop])
+        result["seq_read_32KiB"] = summary([v / 1e6 for v in read])
         result["fdatasync_ms"] = {k: v * 1000 for k, v in percentiles(fsync, (50, 99)).items()}
         result["fdatasync_ms"]["samples"] = len(fsync)
     result["unit"] = "MB/s (1e6 bytes of payload per second)"

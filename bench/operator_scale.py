@@ -301,7 +301,7 @@ def main() -> None:
             producer = asyncio.create_task(produce_loop(masters, stop))
             end = time.monotonic() + args.window
             while time.monotonic() < end:
-                samples.append(rss_mib(operator.pid))  # type: ignore[union-attr]
+                samples.append(rss_mib(operator.pid))
                 await asyncio.sleep(1.0)
             stop.set()
             return await producer

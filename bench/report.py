@@ -120,7 +120,8 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
                 c.get("ratio_to_sync"),
                 0.8,
             )
-    rocketmq_goals(results.get("rocketmq") or {}, goal)
+    read_limit = median_of(results.get("limits", {}).get("seq_read_32KiB"))
+    rocketmq_goals(results.get("rocketmq") or {}, goal, read_limit)
     defaults = (dl.get("failover") or {}).get("defaults")
     if defaults:
         out.append(
@@ -137,8 +138,9 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def rocketmq_goals(data: dict[str, Any], goal: Any) -> None:
-    """Issue 17: habroker over the remoting protocol against a real RocketMQ 4.9.7 group."""
+def rocketmq_goals(data: dict[str, Any], goal: Any, read_limit: float | None = None) -> None:
+    """Issue 17: habroker over the remoting protocol against a real RocketMQ 4.9.7 group (and
+    its pulls against the sequential-read limit of the run, ``read_limit`` MB/s)."""
     modes = data.get("modes") or {}
     if not modes:
         goal("issue 17: habroker vs RocketMQ 4.9.7 (module rocketmq)", None, 1.0)
@@ -192,6 +194,14 @@ def rocketmq_goals(data: dict[str, Any], goal: Any) -> None:
         )
     if not pulls:
         goal("issue 17: pull (PULL_MESSAGE) / RocketMQ", None, 1.0)
+    for c in pulls if read_limit is not None else []:
+        goal(
+            f"issue 17: pull (PULL_MESSAGE) / sequential read limit, {c['consumers']} consumer(s)",
+            ratio(median_of(c.get("mb_per_s")), read_limit),
+            0.3,
+        )
+    if not pulls or read_limit is None:
+        goal("issue 17: pull (PULL_MESSAGE) / sequential read limit", None, 0.3)
     for mode, m in modes.items():
         rss = m.get("rss") or {}
         h, r = (rss.get(k, {}).get("VmHWM_MiB") for k in ("habroker", "rocketmq"))
@@ -519,6 +529,10 @@ def markdown(results: dict[str, Any]) -> str:
         lines.append(
             f"| loopback TCP sendfile → recv_into → file write | {_mmm(limits.get('loopback'))} |"
         )
+        if limits.get("seq_read_32KiB"):
+            lines.append(
+                f"| sequential read, 32 KiB reads (page cache) | {_mmm(limits['seq_read_32KiB'])} |"
+            )
         fs = limits.get("fdatasync_ms", {})
         lines.append(
             f"| 1 KiB append + fdatasync, p50 / p99 | {_f(fs.get('p50'), 3)} / {_f(fs.get('p99'), 3)} ms |"

@@ -55,6 +55,9 @@ def test_quick_run(tmp_path: Path) -> None:
         # every request of every system got a stored, replicated (SYNC) answer
         assert cell["requests"] > 0, cell
         assert cell["not_ok_requests"] == 0, cell
+    limits = json.loads((results / "limits.json").read_text())
+    assert limits["seq_read_32KiB"]["median"] > 0
+    assert "| sequential read, 32 KiB reads (page cache) |" in text
     lag = json.loads((results / "lag.json").read_text())
     assert lag["systems"]["habroker_async"]["runs"][0]["samples"] > 0
     pull = json.loads((results / "pull.json").read_text())
@@ -71,3 +74,19 @@ def test_quick_run(tmp_path: Path) -> None:
         ["pgrep", "-f", str(tmp_path)], capture_output=True, text=True
     ).stdout.strip()
     assert not leftover, leftover
+
+
+def test_pulls_are_held_against_the_sequential_read_limit_of_the_run() -> None:
+    from bench.report import goals
+
+    pull = {"mode": "ASYNC", "system": "habroker", "consumers": 4, "mb_per_s": {"median": 90.0}}
+    results = {
+        "limits": {"seq_read_32KiB": {"median": 6000.0}},
+        "rocketmq": {"modes": {"ASYNC": {"cells": [], "pull": [pull]}}},
+    }
+    rows = {g["goal"]: g for g in goals(results)}
+    row = rows["issue 17: pull (PULL_MESSAGE) / sequential read limit, 4 consumer(s)"]
+    assert row["value"] == 90.0 / 6000.0 and row["target"] == 0.3 and row["met"] is False
+    del results["limits"]
+    rows = {g["goal"]: g for g in goals(results)}
+    assert rows["issue 17: pull (PULL_MESSAGE) / sequential read limit"]["value"] is None
