@@ -7,7 +7,9 @@ measured in bench/ (leader loss → first write).
 
 from __future__ import annotations
 
+import os
 import random
+import shutil
 import threading
 import time
 from collections import Counter
@@ -312,6 +314,64 @@ def test_follower_catches_up_from_empty(dledger_group, tmp_path):
     assert sorted(read_all(victim)) == sorted(x.encode() for x in ids)
     group.stop()
     assert log_entries(victim) == log_entries(leader)
+
+
+def read_kept(peer: LocalBroker) -> list[bytes]:
+    """Every message a peer still has: a pull below a queue's min offset is answered
+    OFFSET_TOO_SMALL with where the queue now begins."""
+    bodies: list[bytes] = []
+    with BrokerGroupReader(peer.http_address) as reader:
+        for qid in range(QUEUES):
+            offset = 0
+            while True:
+                res = reader.pull(TOPIC, qid, offset, max_msgs=256)
+                if res.status == "OFFSET_TOO_SMALL" and res.next_begin_offset > offset:
+                    offset = res.next_begin_offset
+                    continue
+                if res.status != "FOUND":
+                    break
+                bodies.extend(m.body for m in res.messages)
+                offset = res.next_begin_offset
+    return bodies
+
+
+def test_retention_and_a_wiped_follower_starting_at_the_leaders_first_entry(dledger_group):
+    """Every peer deletes its expired data files (fileReservedTime + 1 hours, RocketMQ's rule
+    for DLedger); a follower wiped afterwards cannot catch up from entry 0, so it starts its
+    log at the leader's first entry, at the same positions, and serves what the leader has."""
+    group = dledger_group(3, mappedFileSizeCommitLog=64 * 1024, fileReservedTime=0)
+    leader = group.leader()
+    create_topic(group)
+    old = produce(leader, "old", 600)  # several 64 KiB data files on every peer
+    group.wait_converged()
+    time.sleep(1.5)  # flushed (every 500 ms): no dirty page left to touch the files' mtime
+    two_hours_ago = time.time() - 7200
+    for peer in group.peers:
+        data = peer.root / "store" / f"dledger-{peer.config['dLegerSelfId']}" / "data"
+        for path in sorted(data.iterdir())[:-1]:
+            os.utime(path, (two_hours_ago, two_hours_ago))
+    for peer in group.peers:
+        code, body = peer.request("POST", "/v1/admin/clean-expired")
+        assert code == 200 and body["deletedFiles"] > 0 and body["minOffset"] > 0, body
+    begins = {s["ledgerBeginIndex"] for s in agreed_statuses(group)}
+    assert min(begins) > 0, begins
+    kept = read_kept(leader)
+    assert 0 < len(kept) < len(old)
+    assert set(kept) <= {x.encode() for x in old}
+    victim = next(p for p in group.peers if p is not leader)
+    victim.stop()
+    shutil.rmtree(victim.root / "store")
+    victim.start()
+    new = produce(leader, "new", 50)
+    create_topic(group)
+    group.wait_converged()
+    served = read_kept(victim)
+    print(f"kept {len(kept)} of {len(old)} old messages; the wiped follower serves {len(served)}")
+    assert sorted(served) == sorted(kept + [x.encode() for x in new])
+    group.stop()
+    leader_log, victim_log = log_entries(leader), log_entries(victim)
+    assert victim_log == leader_log  # from the leader's first entry, at the same positions
+    assert victim_log[0][0] in begins
 
 
 # -- the acknowledged-write history --------------------------------------------------------------

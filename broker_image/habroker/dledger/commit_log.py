@@ -213,6 +213,9 @@ class DLedgerReput(ReputMessageService):
         target = store.committed_index
         while self.dispatched_index < target:
             index = self.dispatched_index + 1
+            if index < store.ledger_begin_index:
+                self._skip_to_begin()  # retention or a rebuild removed entries not dispatched
+                continue
             pos = self.reput_from_offset
             mf = data.find(pos)
             if mf is not None:
@@ -252,6 +255,21 @@ class DLedgerReput(ReputMessageService):
             )
             count += 1
         return count
+
+    def _skip_to_begin(self) -> None:
+        store = self.store
+        first = store.get(store.ledger_begin_index)
+        if first is None:
+            raise RuntimeError(f"the log's first entry {store.ledger_begin_index} is unreadable")
+        log.warning(
+            "entries %d-%d are gone from this log (retention or a rebuild): dispatch goes on "
+            "from entry %d; their messages cannot be read here",
+            self.dispatched_index + 1,
+            store.ledger_begin_index - 1,
+            store.ledger_begin_index,
+        )
+        self.dispatched_index = store.ledger_begin_index - 1
+        self.reput_from_offset = first.pos
 
     def _dispatched(
         self,

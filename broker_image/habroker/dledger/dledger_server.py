@@ -327,6 +327,11 @@ class DLedgerServer:
         if self.settings.pusher.sync_flush:
             self.pusher.wake_ack_checker()
 
+    async def delete_expired(self, expired_before_ms: float, limit_pos: int) -> int:
+        """Retention (:meth:`DLedgerMmapFileStore.delete_expired`), never during a flush."""
+        async with self._flush_lock:
+            return self.store.delete_expired(expired_before_ms, limit_pos)
+
     async def _flush_loop(self) -> None:
         while True:
             await asyncio.sleep(self.settings.flush_interval_ms / 1000)

@@ -31,6 +31,8 @@ from habroker.dledger.leader_elector import ElectionTimings
 from habroker.dledger.protocol import Body
 from habroker.message import POS_PHYSICAL_OFFSET, DispatchTuple, unit_tags_code
 from habroker.store.checkpoint import StoreCheckpoint
+from habroker.store.cleaner import expired_before_ms, should_clean
+from habroker.store.commit_log import disk_used_ratio
 from habroker.store.errors import StoreError
 from habroker.store.message_store import MessageStore, PutPlan
 from habroker.store.values import BatchEntry, CleanResult, PutResult, PutStatus
@@ -85,6 +87,7 @@ class DLedgerMessageStore(MessageStore):
         self.commit_log = DLedgerCommitLog(self.dledger.store, config.mappedFileSizeCommitLog)
         self.reput = DLedgerReput(self.commit_log, self._dispatch, config.delay_levels_ms)
         self.dreput = self.reput
+        self._queues_cleaned_to = 0
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -109,13 +112,21 @@ class DLedgerMessageStore(MessageStore):
         self._start_services()
 
     def _start_services(self) -> None:
+        from habroker.store.cleaner import CleanCommitLogService
         from habroker.store.flush import FlushConsumeQueueService
 
-        service = FlushConsumeQueueService(
-            lambda: self.config.flushIntervalConsumeQueue, self._flush_consume_queues
+        self._services.append(
+            FlushConsumeQueueService(
+                lambda: self.config.flushIntervalConsumeQueue, self._flush_consume_queues
+            )
         )
-        self._services.append(service)
-        service.start()
+        self._services.append(
+            CleanCommitLogService(
+                lambda: self.config.cleanResourceInterval, lambda: self.clean_expired(False)
+            )
+        )
+        for service in self._services:
+            service.start()
 
     async def shutdown(self) -> None:
         if not self._running:
@@ -278,8 +289,38 @@ class DLedgerMessageStore(MessageStore):
         return 0
 
     async def clean_expired(self, force: bool = False) -> CleanResult:
-        # retention of DLedger data files is not implemented yet: nothing is deleted
-        return CleanResult(0, self.commit_log.min_offset)
+        """Retention as RocketMQ's DLedgerCommitLog sets it up: data files last modified more
+        than fileReservedTime + 1 hours ago go, oldest first and never the last, when the
+        deleteWhen hour comes, the disk is fuller than diskMaxUsedSpaceRatio, or ``force``;
+        only what is committed, flushed and indexed. Each peer deletes its own files; a peer
+        that falls behind what its leader kept starts its log again at the leader's first
+        entry. The consume queues then drop units of deleted messages."""
+        store = self.dledger.store
+        count = 0
+        if self._running and (force or should_clean(self.config, disk_used_ratio(store.data_dir))):
+            before = expired_before_ms(self.config) - 3_600_000
+            limit = min(store.committed_pos, store.flushed_pos, self.dreput.reput_from_offset)
+            count = await self.dledger.delete_expired(before, limit)
+            if count:
+                log.info(
+                    "retention deleted %d data files; the log begins at entry %d",
+                    count,
+                    store.ledger_begin_index,
+                )
+        await self._clean_queues()
+        return CleanResult(count, self.commit_log.min_offset)
+
+    async def _clean_queues(self) -> None:
+        """Consume-queue files that only point below the log's first message are deleted, and
+        each queue's min offset moves to its first message still there (after retention, or
+        after a rebuild at the leader's first entry)."""
+        min_phy = self.commit_log.min_offset
+        if min_phy <= self._queues_cleaned_to:
+            return
+        for cq in list(self.consume_queues.values()):
+            async with cq.queue.flush_lock:
+                cq.delete_expired(min_phy)
+        self._queues_cleaned_to = min_phy
 
     def truncate_to(self, offset: int) -> int:
         raise StoreError("a DLedger log is truncated by its leader, never by hand")

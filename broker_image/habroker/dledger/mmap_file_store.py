@@ -11,6 +11,11 @@ Recovery walks the entries from (at most) the third-last data file, checks each 
 index unit (rewriting index units from the first disagreement, which is how an entry written
 before a crash but not yet indexed is kept), and cuts the log at the first entry that does
 not hold together: a zero size, a wrong position, a gap in indexes or a term going backwards.
+
+Retention deletes whole data files from the front, so the log's first entry (the begin index)
+moves; a follower whose log cannot reach its leader's first entry starts the log again there,
+in the middle of a file at the leader's position, and recovery finds where that file's first
+entry starts.
 """
 
 from __future__ import annotations
@@ -161,8 +166,8 @@ class DLedgerMmapFileStore:
         rewrite_index = False
         i = start
         mf = files[i]
-        rel = 0
-        process = mf.file_from_offset
+        rel = self._first_entry_rel(mf) if i == 0 else 0
+        process = mf.file_from_offset + rel
         while True:
             if rel + 8 > mf.file_size:
                 break
@@ -228,7 +233,29 @@ class DLedgerMmapFileStore:
         if first is None or self.ledger_end_index < 0:
             self.ledger_begin_index = -1
             return
-        self.ledger_begin_index = decode_header(first.view)[2]
+        self.ledger_begin_index = decode_header(first.view, self._first_entry_rel(first))[2]
+
+    @staticmethod
+    def _first_entry_rel(mf: MappedFile) -> int:
+        """Where the first entry of the log's first file starts: 0, unless the log was rebuilt
+        at a leader's first entry (:meth:`truncate`), whose file is zeros up to that entry.
+        The magic (an int below 256) makes the first non-zero byte the entry's fourth."""
+        view = mf.view
+        if _ENTRY_HEAD.unpack_from(view, 0)[4] == mf.file_from_offset and view[3]:
+            return 0  # the usual case: the file begins with an entry
+        step = 1 << 20
+        for at in range(0, mf.file_size, step):
+            chunk = bytes(view[at : at + step])
+            stripped = chunk.lstrip(b"\0")
+            if not stripped:
+                continue
+            rel = at + len(chunk) - len(stripped) - 3
+            if rel <= 0 or rel + BODY_OFFSET > mf.file_size:
+                return 0
+            magic, _size, _index, _term, pos = _ENTRY_HEAD.unpack_from(view, rel)
+            ok = MAGIC_1 <= magic <= CURRENT_MAGIC and pos == mf.file_from_offset + rel
+            return rel if ok else 0
+        return 0
 
     def _load_checkpoint(self) -> None:
         path = self.root / CHECKPOINT
@@ -468,11 +495,13 @@ class DLedgerMmapFileStore:
             mine = None
         existed = same_entry(entry, mine)
         cut = entry.pos + entry.size if existed else entry.pos
-        if cut > self.data.max_offset:
-            raise DLedgerStoreError(
-                DLedgerResponseCode.INCONSISTENT_STATE,
-                f"truncate at {cut} from {leader_id}: beyond this log's end {self.data.max_offset}",
-            )
+        if not existed and (
+            cut > self.data.max_offset
+            or entry.index > self.ledger_end_index + 1
+            or entry.index < self.ledger_begin_index
+            or cut < self.data.min_offset
+        ):
+            return self._rebuild(entry, leader_term, leader_id)
         if cut != self.data.max_offset:
             log.warning(
                 "%s: cutting the log from %d to %d at the word of leader %s (term %d)",
@@ -503,6 +532,67 @@ class DLedgerMmapFileStore:
             self.committed_index = entry.index
             self._committed_pos = entry.pos + entry.size
         return entry.index
+
+    def _rebuild(self, entry: DLedgerEntry, leader_term: int, leader_id: str) -> int:
+        """This log and the leader's do not overlap (an empty or long-gone follower, the leader
+        having deleted what it would need): start over with the leader's ``entry`` as the
+        first, at its own position and index (DLedger's rebuild with the position)."""
+        held = (
+            f"entries {self.ledger_begin_index}-{self.ledger_end_index}"
+            if self.ledger_end_index >= 0
+            else "empty"
+        )
+        log.warning(
+            "%s: the log (%s) cannot follow leader %s (term %d) at entry %d, "
+            "position %d: starting the log again from there",
+            self.root.name,
+            held,
+            leader_id,
+            leader_term,
+            entry.index,
+            entry.pos,
+        )
+        self.data.destroy_all()
+        self.index.destroy_all()
+        self._rebuild_at(self.data, entry.pos)
+        self._rebuild_at(self.index, entry.index * INDEX_UNIT_SIZE)
+        self.ledger_begin_index = self.ledger_end_index = -1
+        self.ledger_end_term = -1
+        self._lay_down([entry], None, assign=False)
+        self.flushed_index = -1
+        if self.committed_index > entry.index:
+            log.error(
+                "%s: rebuilt below the committed index %d at %d",
+                self.root.name,
+                self.committed_index,
+                entry.index,
+            )
+        if self.committed_index != entry.index:
+            # the leader deletes only what it committed: everything before its first entry was
+            self.committed_index = entry.index - 1
+            self._committed_pos = entry.pos
+        return entry.index
+
+    def delete_expired(self, expired_before_ms: float, limit_pos: int) -> int:
+        """Retention: delete leading data files last modified before ``expired_before_ms``
+        that end at or before ``limit_pos`` (never the last), then the index files that only
+        hold units of deleted entries; the begin index moves to the first entry kept."""
+        count = self.data.expired_files(expired_before_ms, limit_pos)
+        if not count:
+            return 0
+        for mf in self.data.files[:count]:
+            log.info("retention: deleting %s", mf.path)
+        self.data.delete_first(count)
+        self._revise_begin_index()
+        below = self.ledger_begin_index * INDEX_UNIT_SIZE
+        stale = 0
+        for mf in self.index.files[:-1]:
+            if mf.file_end_offset > below:
+                break
+            stale += 1
+        if stale:
+            self.index.delete_first(stale)
+        return count
 
     # -- reads -----------------------------------------------------------------------------------
     def _pos_and_size(self, index: int) -> tuple[int, int] | None:
