@@ -116,7 +116,9 @@ def read_entries(data_dir: Path) -> dict[int, bytes]:
     for path in sorted(data_dir.glob("[0-9]" * 20)):
         data = path.read_bytes()
         base = int(path.name)
-        at = 0
+        # a log rebuilt at a leader's first entry starts there, zeros before it; an entry's
+        # magic (1) makes the first non-zero byte its fourth
+        at = max(0, len(data) - len(data.lstrip(b"\0")) - 3) if not entries else 0
         while at + 48 <= len(data):
             magic = int.from_bytes(data[at : at + 4], "big")
             if magic == BLANK_MAGIC:
