@@ -88,6 +88,8 @@ class DLedgerMessageStore(MessageStore):
         self.reput = DLedgerReput(self.commit_log, self._dispatch, config.delay_levels_ms)
         self.dreput = self.reput
         self._queues_cleaned_to = 0
+        self._begin_seen = -1
+        self._cleaning: set[asyncio.Future[None]] = set()
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -151,6 +153,13 @@ class DLedgerMessageStore(MessageStore):
     def _committed(self, index: int) -> None:
         if self.dreput.do_reput():
             self._notify()
+        begin = self.dledger.store.ledger_begin_index
+        if begin != self._begin_seen:  # a rebuild at the leader's first entry: queues follow now
+            self._begin_seen = begin
+            if self._running and begin > 0:
+                task = asyncio.ensure_future(self._clean_queues())
+                self._cleaning.add(task)
+                task.add_done_callback(self._cleaning.discard)
 
     @property
     def dispatched_all(self) -> bool:
