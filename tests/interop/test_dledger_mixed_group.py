@@ -286,6 +286,39 @@ def fastjson(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
 
+def start_mixed_group(
+    netns: NetNS, extra: dict[str, Any], via: dict[str, str] | None = None
+) -> list[Peer]:
+    """A Java name server, Java peers n0 and n1 and habroker peer n2, booted; ``extra`` goes to
+    every peer's configuration, ``via`` (peer id -> proxy address) is how peers reach others."""
+    JavaNameServer(netns, netns.root / "namesrv").start()  # first: brokers register at boot
+    javas = start_dledger_group(
+        netns, netns.root, PEERS, JAVA_IDS, via=via, extra=extra, wait=False
+    )
+    habroker_view = {p: a if p == HABROKER_ID else (via or {}).get(p, a) for p, a in PEERS.items()}
+    habroker = netns.local_broker(
+        netns.root / HABROKER_ID,
+        **{
+            "brokerName": "broker-a",
+            "listenPort": 10931,
+            "namesrvAddr": "127.0.0.1:9876",
+            "enableDLegerCommitLog": True,
+            "dLegerGroup": GROUP,
+            "dLegerPeers": peers_text(habroker_view),
+            "dLegerSelfId": HABROKER_ID,
+            "mappedFileSizeCommitLog": FILE_SIZE,
+            "autoCreateTopicEnable": True,  # as the Java peers (rocketmq_java.JavaBroker.config)
+            **extra,
+        },
+    )
+    habroker.start(wait=False)
+    peers = [Peer(i, java=javas[i]) for i in JAVA_IDS] + [Peer(HABROKER_ID, habroker=habroker)]
+    for broker in javas.values():
+        broker.wait_booted()
+    habroker.wait_healthy(60)
+    return peers
+
+
 @pytest.fixture
 def recorder(netns: NetNS) -> Iterator[Recorder]:
     """Proxies through which every peer reaches every other (at its DLedger port + 1000)."""
@@ -302,29 +335,7 @@ def test_two_java_peers_and_a_habroker_peer_replicate_fail_over_and_catch_up(
     """``preferred``: every peer's preferredLeaderId (the leader hands leadership to it once it
     caught up, DLedger's LEADERSHIP_TRANSFER), so the habroker peer leads first."""
     extra = {} if preferred is None else {"preferredLeaderId": preferred}
-    JavaNameServer(netns, netns.root / "namesrv").start()  # first: brokers register at boot
-    javas = start_dledger_group(
-        netns, netns.root, PEERS, JAVA_IDS, via=recorder.via, extra=extra, wait=False
-    )
-    habroker_view = {p: a if p == HABROKER_ID else recorder.via[p] for p, a in PEERS.items()}
-    habroker = netns.local_broker(
-        netns.root / HABROKER_ID,
-        brokerName="broker-a",
-        listenPort=10931,
-        namesrvAddr="127.0.0.1:9876",
-        enableDLegerCommitLog=True,
-        dLegerGroup=GROUP,
-        dLegerPeers=peers_text(habroker_view),
-        dLegerSelfId=HABROKER_ID,
-        mappedFileSizeCommitLog=FILE_SIZE,
-        autoCreateTopicEnable=True,  # as the Java peers (rocketmq_java.JavaBroker.config)
-        **extra,
-    )
-    habroker.start(wait=False)
-    peers = [Peer(i, java=javas[i]) for i in JAVA_IDS] + [Peer(HABROKER_ID, habroker=habroker)]
-    for broker in javas.values():
-        broker.wait_booted()
-    habroker.wait_healthy(60)
+    peers = start_mixed_group(netns, extra, recorder.via)
 
     leader, term = wait_leader(peers, only=preferred)
     print(f"\nleader {leader} term {term}")

@@ -18,18 +18,16 @@ import time
 from pathlib import Path
 
 import pytest
-from habroker.local import LocalBroker
 
-from tests.interop.dledger_java import GROUP, peers_text, start_dledger_group
-from tests.interop.rocketmq_java import JavaNameServer, NetNS
+from tests.interop.rocketmq_java import NetNS
 from tests.interop.test_dledger_mixed_group import (
     HABROKER_ID,
     JAVA_IDS,
-    PEERS,
     Peer,
     create_topic,
     produce,
     read_entries,
+    start_mixed_group,
     wait_leader,
     wait_until,
 )
@@ -69,25 +67,9 @@ def test_retention_and_a_wiped_follower_of_the_other_kind_rebuilt_at_the_leaders
     netns: NetNS, leader_id: str
 ) -> None:
     extra = {**retention_config(), "preferredLeaderId": leader_id}
-    JavaNameServer(netns, netns.root / "namesrv").start()
-    javas = start_dledger_group(netns, netns.root, PEERS, JAVA_IDS, extra=extra, wait=False)
-    habroker: LocalBroker = netns.local_broker(
-        netns.root / HABROKER_ID,
-        brokerName="broker-a",
-        listenPort=10931,
-        namesrvAddr="127.0.0.1:9876",
-        enableDLegerCommitLog=True,
-        dLegerGroup=GROUP,
-        dLegerPeers=peers_text(PEERS),
-        dLegerSelfId=HABROKER_ID,
-        autoCreateTopicEnable=True,
-        **extra,
-    )
-    habroker.start(wait=False)
-    peers = [Peer(i, java=javas[i]) for i in JAVA_IDS] + [Peer(HABROKER_ID, habroker=habroker)]
-    for broker in javas.values():
-        broker.wait_booted()
-    habroker.wait_healthy(60)
+    peers = start_mixed_group(netns, extra)
+    habroker = peers[-1].habroker
+    assert habroker is not None
     leader, term = wait_leader(peers, only=leader_id)
     create_topic(netns, leader)
     acked = produce(netns, "old", 9000)

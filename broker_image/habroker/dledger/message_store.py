@@ -114,19 +114,7 @@ class DLedgerMessageStore(MessageStore):
         self._start_services()
 
     def _start_services(self) -> None:
-        from habroker.store.cleaner import CleanCommitLogService
-        from habroker.store.flush import FlushConsumeQueueService
-
-        self._services.append(
-            FlushConsumeQueueService(
-                lambda: self.config.flushIntervalConsumeQueue, self._flush_consume_queues
-            )
-        )
-        self._services.append(
-            CleanCommitLogService(
-                lambda: self.config.cleanResourceInterval, lambda: self.clean_expired(False)
-            )
-        )
+        self._services += self._queue_and_retention_services()  # DLedger flushes its own log
         for service in self._services:
             service.start()
 

@@ -162,20 +162,23 @@ class MessageStore:
                 self._flush_commit_log,
             )
         )
-        self._services.append(
-            FlushConsumeQueueService(
-                lambda: self.config.flushIntervalConsumeQueue, self._flush_consume_queues
-            )
-        )
-        self._services.append(
-            CleanCommitLogService(
-                lambda: self.config.cleanResourceInterval, lambda: self.clean_expired(False)
-            )
-        )
+        self._services += self._queue_and_retention_services()
         for service in self._services:
             service.start()
         self._dispatch_wanted = asyncio.Event()
         self._dispatch_task = asyncio.create_task(self._dispatch_behind(), name="dispatch-behind")
+
+    def _queue_and_retention_services(self) -> list[_Service]:
+        """What every store runs, whatever writes its log: consume-queue flushing and
+        retention."""
+        return [
+            FlushConsumeQueueService(
+                lambda: self.config.flushIntervalConsumeQueue, self._flush_consume_queues
+            ),
+            CleanCommitLogService(
+                lambda: self.config.cleanResourceInterval, lambda: self.clean_expired(False)
+            ),
+        ]
 
     async def shutdown(self) -> None:
         """Stop services, flush everything, write the checkpoint, remove ``abort``."""
