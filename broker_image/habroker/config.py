@@ -113,6 +113,9 @@ class BrokerConfig:
     deleteWhen: str = "04"
     cleanResourceInterval: int = 10000
     diskMaxUsedSpaceRatio: int = 75
+    cleanFileForciblyEnable: bool = True  # above diskSpaceCleanForciblyRatio: the oldest go
+    diskSpaceCleanForciblyRatio: int = 85  # (4.9.7: a system property, the same default)
+    diskSpaceWarningLevelRatio: int = 90  # above it the store refuses writes (disk full)
     # topics
     autoCreateTopicEnable: bool = False
     defaultTopicQueueNums: int = 4
@@ -206,6 +209,7 @@ class BrokerConfig:
         "fileReservedTime",
         "deleteWhen",
         "syncFlushTimeout",
+        "cleanFileForciblyEnable",
     )
     # fields that are stored but have no effect yet: warned about like unimplemented keys
     NOT_YET_EFFECTIVE: ClassVar[tuple[str, ...]] = ()
@@ -330,6 +334,13 @@ class BrokerConfig:
             raise ConfigError(
                 f"totalPhysicalMemorySize={self.totalPhysicalMemorySize}: must be >= 0 (0 = the OS's)"
             )
+        for key in (
+            "diskMaxUsedSpaceRatio",
+            "diskSpaceCleanForciblyRatio",
+            "diskSpaceWarningLevelRatio",
+        ):
+            if not 1 <= getattr(self, key) <= 100:
+                raise ConfigError(f"{key}={getattr(self, key)}: 1..100 (percent of the disk)")
         if self.fileReservedTime < 0:
             raise ConfigError(f"fileReservedTime={self.fileReservedTime}: must be >= 0 (hours)")
         parse_delete_when(self.deleteWhen)

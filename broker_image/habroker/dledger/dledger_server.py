@@ -327,10 +327,12 @@ class DLedgerServer:
         if self.settings.pusher.sync_flush:
             self.pusher.wake_ack_checker()
 
-    async def delete_expired(self, expired_before_ms: float, limit_pos: int) -> int:
+    async def delete_expired(
+        self, expired_before_ms: float, limit_pos: int, at_most: int | None = None
+    ) -> int:
         """Retention (:meth:`DLedgerMmapFileStore.delete_expired`), never during a flush."""
         async with self._flush_lock:
-            return self.store.delete_expired(expired_before_ms, limit_pos)
+            return self.store.delete_expired(expired_before_ms, limit_pos, at_most)
 
     async def _flush_loop(self) -> None:
         while True:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import struct
 from collections.abc import Sequence
@@ -31,8 +32,12 @@ from habroker.dledger.leader_elector import ElectionTimings
 from habroker.dledger.protocol import Body
 from habroker.message import POS_PHYSICAL_OFFSET, DispatchTuple, unit_tags_code
 from habroker.store.checkpoint import StoreCheckpoint
-from habroker.store.cleaner import expired_before_ms, should_clean
-from habroker.store.commit_log import disk_used_ratio
+from habroker.store.cleaner import (
+    FORCED_FILES_PER_PASS,
+    clean_at_once,
+    expired_before_ms,
+    should_clean,
+)
 from habroker.store.errors import StoreError
 from habroker.store.message_store import MessageStore, PutPlan
 from habroker.store.values import BatchEntry, CleanResult, PutResult, PutStatus
@@ -288,16 +293,21 @@ class DLedgerMessageStore(MessageStore):
     async def clean_expired(self, force: bool = False) -> CleanResult:
         """Retention as RocketMQ's DLedgerCommitLog sets it up: data files last modified more
         than fileReservedTime + 1 hours ago go, oldest first and never the last, when the
-        deleteWhen hour comes, the disk is fuller than diskMaxUsedSpaceRatio, or ``force``;
-        only what is committed, flushed and indexed. Each peer deletes its own files; a peer
+        deleteWhen hour comes, the disk is fuller than diskMaxUsedSpaceRatio, or ``force``
+        (past diskSpaceCleanForciblyRatio, whatever their age; past diskSpaceWarningLevelRatio
+        writes are refused, DLedger's DISK_FULL); only what is committed, flushed and indexed. Each peer deletes its own files; a peer
         that falls behind what its leader kept starts its log again at the leader's first
         entry. The consume queues then drop units of deleted messages."""
         store = self.dledger.store
         count = 0
-        if self._running and (force or should_clean(self.config, disk_used_ratio(store.data_dir))):
-            before = expired_before_ms(self.config) - 3_600_000
+        used = self.check_disk(store.data_dir) if self._running else 0.0
+        if self._running and (force or should_clean(self.config, used)):
+            forced = clean_at_once(self.config, used)
+            before = math.inf if forced else expired_before_ms(self.config) - 3_600_000
             limit = min(store.committed_pos, store.flushed_pos, self.dreput.reput_from_offset)
-            count = await self.dledger.delete_expired(before, limit)
+            count = await self.dledger.delete_expired(
+                before, limit, FORCED_FILES_PER_PASS if forced else None
+            )
             if count:
                 log.info(
                     "retention deleted %d data files; the log begins at entry %d",

@@ -573,11 +573,13 @@ class DLedgerMmapFileStore:
             self._committed_pos = entry.pos
         return entry.index
 
-    def delete_expired(self, expired_before_ms: float, limit_pos: int) -> int:
+    def delete_expired(
+        self, expired_before_ms: float, limit_pos: int, at_most: int | None = None
+    ) -> int:
         """Retention: delete leading data files last modified before ``expired_before_ms``
         that end at or before ``limit_pos`` (never the last), then the index files that only
         hold units of deleted entries; the begin index moves to the first entry kept."""
-        count = self.data.expired_files(expired_before_ms, limit_pos)
+        count = self.data.expired_files(expired_before_ms, limit_pos, at_most)
         if not count:
             return 0
         for mf in self.data.files[:count]:

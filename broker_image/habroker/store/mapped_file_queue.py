@@ -181,11 +181,14 @@ class MappedFileQueue:
             mf.destroy()
         del self.files[:count]
 
-    def expired_files(self, expired_before_ms: float, limit_offset: int) -> int:
+    def expired_files(
+        self, expired_before_ms: float, limit_offset: int, at_most: int | None = None
+    ) -> int:
         """How many leading files were last modified before ``expired_before_ms`` and end at
-        or before ``limit_offset``; never the last file, stops at the first keeper."""
+        or before ``limit_offset`` (``at_most`` of them); never the last file, stops at the
+        first keeper."""
         count = 0
-        for mf in self.files[:-1]:
+        for mf in self.files[: -1 if at_most is None else min(at_most, len(self.files) - 1)]:
             try:
                 mtime_ms = os.stat(mf.path).st_mtime * 1000
             except OSError:

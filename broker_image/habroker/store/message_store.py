@@ -13,12 +13,14 @@ import contextlib
 import errno
 import fcntl
 import logging
+import math
 import os
 import re
 import struct
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from habroker.config import BrokerConfig, BrokerRole, FlushDiskType
 from habroker.message import (
@@ -38,7 +40,13 @@ from habroker.message import (
     unit_tags_code,
 )
 from habroker.store.checkpoint import StoreCheckpoint
-from habroker.store.cleaner import CleanCommitLogService, expired_before_ms, should_clean
+from habroker.store.cleaner import (
+    FORCED_FILES_PER_PASS,
+    CleanCommitLogService,
+    clean_at_once,
+    expired_before_ms,
+    should_clean,
+)
 from habroker.store.commit_log import CommitLog, disk_used_ratio
 from habroker.store.consume_queue import BLANK_UNIT_SIZE, UNIT, ConsumeQueue
 from habroker.store.dispatcher import ReputMessageService
@@ -115,6 +123,9 @@ class MessageStore:
         self._lock_fd: int | None = None
         self._running = False
         self._services: list[_Service] = []
+        #: past diskSpaceWarningLevelRatio (checked every cleanResourceInterval): puts refused
+        self.disk_full = False
+        self._disk_checked_at = 0.0
         self.group_commit: GroupCommitService | None = None
         self._new_data: asyncio.Event | None = None
         self._new_messages: asyncio.Event | None = None
@@ -489,6 +500,15 @@ class MessageStore:
             raise StoreNotWritable("the store is not running")
         if self.config.brokerRole == BrokerRole.SLAVE:
             raise StoreNotWritable("a SLAVE store only takes replicated bytes")
+        now = time.monotonic()
+        if now - self._disk_checked_at > DISK_CHECK_INTERVAL:  # cheaper than a statvfs a put
+            self._disk_checked_at = now
+            self.check_disk(self.commit_log.queue.directory)
+        if self.disk_full:
+            raise StoreNotWritable(
+                f"the store's disk is more than {self.config.diskSpaceWarningLevelRatio}% full "
+                "(diskSpaceWarningLevelRatio): writes are refused until retention frees space"
+            )
         if not entries:
             raise StoreError("an empty batch has nothing to store")
         if not 0 <= queue_id <= 0x7FFFFFFF:
@@ -996,17 +1016,38 @@ class MessageStore:
             await asyncio.to_thread(self.checkpoint.flush)
 
     # -- retention -----------------------------------------------------------------------------
+    def check_disk(self, directory: Path) -> float:
+        """How full (%) the disk holding ``directory`` is; past diskSpaceWarningLevelRatio the
+        store refuses writes (:attr:`disk_full`) until retention brings it back below."""
+        used = disk_used_ratio(directory)
+        full = used > self.config.diskSpaceWarningLevelRatio
+        if full != self.disk_full:
+            self.disk_full = full
+            if full:
+                log.error(
+                    "the disk holding %s is %.1f%% full (diskSpaceWarningLevelRatio=%d): writes "
+                    "are refused until retention frees space",
+                    directory,
+                    used,
+                    self.config.diskSpaceWarningLevelRatio,
+                )
+            else:
+                log.info("the disk holding %s is %.1f%% full: writes taken again", directory, used)
+        return used
+
     async def clean_expired(self, force: bool = False) -> CleanResult:
         """Delete expired commit-log files now if due (or ``force``); queues follow."""
         cl = self.commit_log
         if not self._running:
             return CleanResult(0, cl.min_offset)
-        if not force and not should_clean(self.config, disk_used_ratio(cl.queue.directory)):
+        used = self.check_disk(cl.queue.directory)
+        if not force and not should_clean(self.config, used):
             return CleanResult(0, cl.min_offset)
-        before = expired_before_ms(self.config)
+        forced = clean_at_once(self.config, used)
+        before = math.inf if forced else expired_before_ms(self.config)
         async with cl.queue.flush_lock:
             limit = min(self.reput.reput_from_offset, cl.flushed_offset)
-            count = cl.queue.expired_files(before, limit)
+            count = cl.queue.expired_files(before, limit, FORCED_FILES_PER_PASS if forced else None)
             if count:
                 for mf in cl.queue.files[:count]:
                     log.info("retention: deleting %s", mf.path)
@@ -1018,6 +1059,10 @@ class MessageStore:
                     cq.delete_expired(min_phy)
         return CleanResult(count, cl.min_offset)
 
+
+DISK_CHECK_INTERVAL = 0.1
+"""Seconds between two looks at the disk from the put path: a fast producer must not fill the
+last tenth of a disk between two retention passes (cleanResourceInterval)."""
 
 DISPATCH_SLICE = 256 << 10
 """Bytes a slave's background dispatch indexes before letting the HA reader run again."""
