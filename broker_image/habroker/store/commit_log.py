@@ -276,12 +276,16 @@ def _first_record_before(mf: MappedFile, min_timestamp: int) -> bool:
 
 
 def disk_used_ratio(path: Path) -> float:
-    """Percentage of the file system holding ``path`` that is in use."""
+    """Percentage of the file system holding ``path`` that is in use, as ``df`` shows it:
+    used / (used + available to unprivileged writers). 100 means the broker (not root in a
+    pod) can write no more; blocks reserved for root count as neither."""
     try:
-        usage = shutil.disk_usage(path)
+        st = os.statvfs(path)
     except OSError:
         return 0.0
-    return 100.0 * (usage.total - usage.free) / usage.total if usage.total else 0.0
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    room = used + st.f_bavail * st.f_frsize
+    return 100.0 * used / room if room else 0.0
 
 
 def fsync_dir(path: Path) -> None:
