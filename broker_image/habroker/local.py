@@ -31,7 +31,8 @@ def free_port() -> int:
 
 
 _EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
-_LISTEN_FLOOR = 10000
+_LISTEN_FLOOR = 20000  # above the crowded 10000s (kubelet's 10250, RocketMQ's 10911, ...)
+_LISTEN_CEILING = 30000  # below Kubernetes' NodePort range (30000-32767)
 _handed_out: set[int] = set()
 
 
@@ -47,7 +48,7 @@ def _listen_range() -> range:
         low = int(_EPHEMERAL.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         low = 32768
-    return range(_LISTEN_FLOOR, max(low, _LISTEN_FLOOR + 1000))
+    return range(_LISTEN_FLOOR, max(min(low, _LISTEN_CEILING), _LISTEN_FLOOR + 1000))
 
 
 def free_ports(count: int) -> list[int]:
