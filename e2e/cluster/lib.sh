@@ -222,3 +222,18 @@ start_kubelet() {
     --v=1
   start_daemon "node$i-kube-proxy" "$n" "$BIN_DIR/kube-proxy" --config "$CONF_DIR/node$i/kube-proxy.yaml" --v=1
 }
+
+# The kubelets of one machine share a fixed path outside --root-dir,
+# /var/lib/kubelet/device-plugins/kubelet.sock: each removes it and binds its own, and one
+# that loses that race exits ("bind: address already in use", seen in CI). So they start one
+# at a time: the next only once this one's device manager is listening (its plugin manager
+# starts right after).
+start_kubelet_and_wait() {
+  local i=$1 log="$LOG_DIR/node$i-kubelet.log" from
+  from=$(($(wc -l <"$log" 2>/dev/null || echo 0) + 1))
+  start_kubelet "$i"
+  wait_for "node$i-kubelet device manager" 60 kubelet_past_device_manager "$log" "$from"
+}
+kubelet_past_device_manager() {
+  awk -v from="$2" 'NR >= from && /Starting Kubelet Plugin Manager/ { found = 1 } END { exit !found }' "$1"
+}

@@ -30,7 +30,7 @@ case $1 in
     ip -n "$LAN_NS" link set "node$i" up
     start_containerd "$i"
     wait_for "node$i-containerd" 30 ctr --address "$(node_sock "$i")" version
-    start_kubelet "$i"
+    start_kubelet_and_wait "$i"
     log "node $n back: plugged in, containerd, kubelet, kube-proxy started"
     ;;
   freeze | thaw)

@@ -304,7 +304,7 @@ for i in $(node_indexes); do
 done
 # The sandbox image (our pause binary) into every node's containerd.
 bash "$CLUSTER_SCRIPTS/images.sh" pause
-for i in $(node_indexes); do start_kubelet "$i"; done
+for i in $(node_indexes); do start_kubelet_and_wait "$i"; done
 
 nodes_ready() {
   local want=$NODE_COUNT got
