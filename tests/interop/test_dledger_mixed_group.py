@@ -287,10 +287,15 @@ def fastjson(value: Any) -> bytes:
 
 
 def start_mixed_group(
-    netns: NetNS, extra: dict[str, Any], via: dict[str, str] | None = None
+    netns: NetNS,
+    extra: dict[str, Any],
+    via: dict[str, str] | None = None,
+    *,
+    start_habroker: bool = True,
 ) -> list[Peer]:
     """A Java name server, Java peers n0 and n1 and habroker peer n2, booted; ``extra`` goes to
-    every peer's configuration, ``via`` (peer id -> proxy address) is how peers reach others."""
+    every peer's configuration, ``via`` (peer id -> proxy address) is how peers reach others.
+    Without ``start_habroker`` the habroker peer is made but left for the caller to start."""
     JavaNameServer(netns, netns.root / "namesrv").start()  # first: brokers register at boot
     javas = start_dledger_group(
         netns, netns.root, PEERS, JAVA_IDS, via=via, extra=extra, wait=False
@@ -311,11 +316,13 @@ def start_mixed_group(
             **extra,
         },
     )
-    habroker.start(wait=False)
+    if start_habroker:
+        habroker.start(wait=False)
     peers = [Peer(i, java=javas[i]) for i in JAVA_IDS] + [Peer(HABROKER_ID, habroker=habroker)]
     for broker in javas.values():
         broker.wait_booted()
-    habroker.wait_healthy(60)
+    if start_habroker:
+        habroker.wait_healthy(60)
     return peers
 
 
