@@ -148,7 +148,8 @@ class BrokerConfig:
     dLegerGroup: str = ""  # RocketMQ's convention: the brokerName (empty: brokerName)
     dLegerPeers: str = ""  # n0-host:port;n1-host:port;n2-host:port (DLedger RPC addresses)
     dLegerSelfId: str = ""  # n0, n1, ...: this broker's entry in dLegerPeers
-    preferredLeaderId: str = ""  # a peer that takes leadership once it is caught up
+    # peers (n1, or n1;n2) a leader hands leadership to once one is caught up
+    preferredLeaderId: str = ""
     # habroker: DLedgerConfig's timings (RocketMQ leaves them at these defaults)
     dLegerHeartBeatIntervalMs: int = 2000
     dLegerMaxHeartBeatLeak: int = 3
@@ -380,11 +381,12 @@ class BrokerConfig:
             )
         peers = parse_peers(self.dLegerPeers, self.dLegerSelfId)
         broker_id_of(self.dLegerSelfId)
-        if self.preferredLeaderId and self.preferredLeaderId not in peers:
-            raise ConfigError(
-                f"preferredLeaderId={self.preferredLeaderId}: not one of dLegerPeers "
-                f"({', '.join(peers)})"
-            )
+        for preferred in self.preferred_leader_ids:
+            if preferred not in peers:
+                raise ConfigError(
+                    f"preferredLeaderId={self.preferredLeaderId}: {preferred} is not one of "
+                    f"dLegerPeers ({', '.join(peers)})"
+                )
         for key in (
             "dLegerHeartBeatIntervalMs",
             "dLegerMaxHeartBeatLeak",
@@ -402,6 +404,11 @@ class BrokerConfig:
     @property
     def dledger_group(self) -> str:
         return self.dLegerGroup or self.brokerName
+
+    @property
+    def preferred_leader_ids(self) -> tuple[str, ...]:
+        """``preferredLeaderId`` split as DLedgerConfig splits it (on ``;``)."""
+        return tuple(p.strip() for p in self.preferredLeaderId.split(";") if p.strip())
 
     def startup_warnings(self) -> list[str]:
         """What a user should hear at startup: keys without effect, a message-size mismatch."""

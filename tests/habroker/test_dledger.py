@@ -461,3 +461,25 @@ def test_acknowledged_writes_survive_many_sigkills(dledger_group):
     assert not missing, missing[:10]
     assert not duplicated, duplicated[:10]
     assert order_ok, "each producer's acknowledged messages are in send order"
+
+
+def test_leader_hands_over_to_the_preferred_peer_once_it_is_caught_up(dledger_group):
+    """preferredLeaderId on a leader: n2 starts after n0 and n1 elected and took writes; the
+    leader hands it leadership once it has caught up (Java DLedger's leader does the same)."""
+    group = dledger_group(3, start=False, preferredLeaderId="n2")
+    n0, n1, n2 = group.peers
+    for peer in (n0, n1):
+        peer.start(wait=False)
+    first = group.leader()
+    assert first is not n2
+    create_topic(group)
+    produce(first, "before", 64)
+    term = group.dledger_status(first)["term"]
+    n2.start()
+    assert group.leader(timeout=30, exclude=[n0, n1]) is n2
+    statuses = agreed_statuses(group)
+    assert statuses[0]["leaderId"] == "n2" and statuses[0]["term"] > term, statuses
+    produce(n2, "after", 16)
+    assert group.wait_converged() == 79
+    assert agreed_statuses(group)[0]["term"] == statuses[0]["term"]  # and it stays there
+    assert "handing leadership of term" in first.log_path.read_text()

@@ -203,8 +203,8 @@ def produce(ns: NetNS, prefix: str, count: int, timeout: float = 90.0) -> list[s
 def create_topic(ns: NetNS, leader: Peer, timeout: float = 60.0) -> None:
     """mqadmin updateTopic on the cluster's master (the leader, once it registered as one).
 
-    Explicit, not auto-created: a habroker master publishes no TBW102 route, so the Java
-    producer cannot auto-create a topic through it."""
+    Explicit, not auto-created from TBW102: four queues whichever peer leads, and the topic
+    exists before the first send."""
     deadline = time.monotonic() + timeout
     while True:
         out = run_mqadmin(
@@ -286,22 +286,12 @@ def fastjson(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
 
-def start_mixed_group(
-    netns: NetNS,
-    extra: dict[str, Any],
-    via: dict[str, str] | None = None,
-    *,
-    start_habroker: bool = True,
-) -> list[Peer]:
-    """A Java name server, Java peers n0 and n1 and habroker peer n2, booted; ``extra`` goes to
-    every peer's configuration, ``via`` (peer id -> proxy address) is how peers reach others.
-    Without ``start_habroker`` the habroker peer is made but left for the caller to start."""
-    JavaNameServer(netns, netns.root / "namesrv").start()  # first: brokers register at boot
-    javas = start_dledger_group(
-        netns, netns.root, PEERS, JAVA_IDS, via=via, extra=extra, wait=False
-    )
-    habroker_view = {p: a if p == HABROKER_ID else (via or {}).get(p, a) for p, a in PEERS.items()}
-    habroker = netns.local_broker(
+def habroker_peer(
+    netns: NetNS, extra: dict[str, Any], via: dict[str, str] | None = None
+) -> LocalBroker:
+    """The habroker peer n2 (not started): Java's key names, the Java peers' file size."""
+    view = {p: a if p == HABROKER_ID else (via or {}).get(p, a) for p, a in PEERS.items()}
+    return netns.local_broker(
         netns.root / HABROKER_ID,
         **{
             "brokerName": "broker-a",
@@ -309,20 +299,30 @@ def start_mixed_group(
             "namesrvAddr": "127.0.0.1:9876",
             "enableDLegerCommitLog": True,
             "dLegerGroup": GROUP,
-            "dLegerPeers": peers_text(habroker_view),
+            "dLegerPeers": peers_text(view),
             "dLegerSelfId": HABROKER_ID,
             "mappedFileSizeCommitLog": FILE_SIZE,
             "autoCreateTopicEnable": True,  # as the Java peers (rocketmq_java.JavaBroker.config)
             **extra,
         },
     )
-    if start_habroker:
-        habroker.start(wait=False)
+
+
+def start_mixed_group(
+    netns: NetNS, extra: dict[str, Any], via: dict[str, str] | None = None
+) -> list[Peer]:
+    """A Java name server, Java peers n0 and n1 and habroker peer n2, booted; ``extra`` goes to
+    every peer's configuration, ``via`` (peer id -> proxy address) is how peers reach others."""
+    JavaNameServer(netns, netns.root / "namesrv").start()  # first: brokers register at boot
+    javas = start_dledger_group(
+        netns, netns.root, PEERS, JAVA_IDS, via=via, extra=extra, wait=False
+    )
+    habroker = habroker_peer(netns, extra, via)
+    habroker.start(wait=False)
     peers = [Peer(i, java=javas[i]) for i in JAVA_IDS] + [Peer(HABROKER_ID, habroker=habroker)]
     for broker in javas.values():
         broker.wait_booted()
-    if start_habroker:
-        habroker.wait_healthy(60)
+    habroker.wait_healthy(60)
     return peers
 
 

@@ -58,6 +58,9 @@ class DLedgerSettings:
     pusher: PusherConfig = field(default_factory=PusherConfig)
     preferred_leader_ids: tuple[str, ...] = ()
     flush_interval_ms: int = 500
+    # DLedgerConfig.maxLeadershipTransferWaitIndex: a transferee at most this far behind
+    max_transfer_wait_index: int = 1000
+    preferred_check_interval_ms: int = 1000  # how often a leader looks for a preferred peer
 
 
 class DLedgerServer:
@@ -100,6 +103,8 @@ class DLedgerServer:
         self._flush_queued = False
         self._background: set[asyncio.Future[None]] = set()
         self._flush_task: asyncio.Task[None] | None = None
+        self._preferred_task: asyncio.Task[None] | None = None
+        self._preferred_warned: set[str] = set()
         self._running = False
 
     @property
@@ -133,11 +138,19 @@ class DLedgerServer:
         self.pusher.start()
         self.elector.start()
         self._flush_task = asyncio.create_task(self._flush_loop(), name="dledger-flush")
+        if self.settings.preferred_leader_ids:
+            self._preferred_task = asyncio.create_task(
+                self._preferred_leader_loop(), name="dledger-preferred-leader"
+            )
 
     async def stop(self) -> None:
         if not self._running:
             return
         self._running = False
+        if self._preferred_task is not None:
+            self._preferred_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._preferred_task
         await self.elector.stop()
         await self.pusher.stop()
         if self._flush_task is not None:
@@ -184,7 +197,7 @@ class DLedgerServer:
             behind = self.store.ledger_end_index - self.pusher.water_marks.get(
                 st.term, str(transferee)
             )
-            if behind >= 1000:  # DLedgerConfig.maxLeadershipTransferWaitIndex
+            if behind >= self.settings.max_transfer_wait_index:
                 return answer(request, RC.FALL_BEHIND_TOO_MUCH, term=st.term)
             return await self.elector.handle_leadership_transfer(request)
         if request.get("transfereeId") == st.self_id:
@@ -224,6 +237,65 @@ class DLedgerServer:
         )
         request.update(transferId=st.self_id, transfereeId=transferee)
         return await self._checked(self._transfer)(request)
+
+    def preferred_transferee(self) -> tuple[str, int] | None:
+        """On a leader that is not itself preferred: the preferred peer to hand leadership to
+        (live, and the least behind of those fewer than ``max_transfer_wait_index`` entries
+        behind; the first named wins ties), with how far behind it is; else None.
+
+        DLedgerServer.checkPreferredLeader's rule, so a group of habroker and Java peers ends
+        with the same leader whichever of them leads first.
+        """
+        st = self.state
+        preferred = self.settings.preferred_leader_ids
+        if not st.is_leader or not preferred or st.self_id in preferred:
+            return None
+        if st.transferee is not None:
+            return None
+        best: tuple[str, int] | None = None
+        for peer in preferred:
+            if not st.is_peer(peer):
+                if peer not in self._preferred_warned:
+                    self._preferred_warned.add(peer)
+                    log.warning("dledger %s: preferred leader %s is not a peer", st.self_id, peer)
+                continue
+            if not st.peers_live.get(peer):
+                continue  # not answering heartbeats
+            behind = self.store.ledger_end_index - self.pusher.water_marks.get(st.term, peer)
+            if best is None or behind < best[1]:
+                best = (peer, behind)
+        if best is None or best[1] >= self.settings.max_transfer_wait_index:
+            return None
+        return best
+
+    async def _preferred_leader_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.preferred_check_interval_ms / 1000)
+            try:
+                choice = self.preferred_transferee()
+                if choice is None:
+                    continue
+                peer, behind = choice
+                log.info(
+                    "dledger %s: handing leadership of term %d to preferred leader %s "
+                    "(%d entries behind)",
+                    self.state.self_id,
+                    self.state.term,
+                    peer,
+                    behind,
+                )
+                reply = await self.transfer_leadership(peer)
+                log.info(
+                    "dledger %s: leadership transfer to %s: %s (term %s)",
+                    self.state.self_id,
+                    peer,
+                    RC.name_of(code_of(reply)),
+                    reply.get("term"),
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("dledger %s: preferred leader check failed", self.state.self_id)
 
     def set_peers(self, text: str) -> dict[str, str]:
         """A membership change (habroker's; docs/dledger.md): the new ``dLegerPeers`` list,
@@ -342,6 +414,8 @@ class DLedgerServer:
                 self.store.persist_checkpoint()
             except OSError as exc:
                 log.error("dledger %s: flush failed: %s", self.state.self_id, exc)
+            except Exception:  # a bug must not end periodic flushing silently
+                log.exception("dledger %s: flush failed", self.state.self_id)
 
     def _committed(self, index: int) -> None:
         self._on_committed(index)

@@ -75,7 +75,7 @@ def settings_from(config: BrokerConfig) -> DLedgerSettings:
             max_wait_ack_ms=config.dLegerMaxWaitAckTimeMs,
             sync_flush=config.flushDiskType is FlushDiskType.SYNC_FLUSH,
         ),
-        preferred_leader_ids=(config.preferredLeaderId,) if config.preferredLeaderId else (),
+        preferred_leader_ids=config.preferred_leader_ids,
         flush_interval_ms=config.flushIntervalCommitLog,
     )
 
