@@ -711,9 +711,10 @@ class DLedgerMmapFileStore:
 
     async def flush_async(self) -> None:
         end = self.ledger_end_index
+        cuts = self.data.cuts, self.index.cuts
         await self.data.flush()
         await self.index.flush()
-        if self.ledger_end_index >= end:  # not cut meanwhile
+        if (self.data.cuts, self.index.cuts) == cuts:  # not cut (nor rebuilt) meanwhile
             self.flushed_index = max(self.flushed_index, end)
 
     def persist_checkpoint(self) -> None:

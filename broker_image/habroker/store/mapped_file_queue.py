@@ -45,6 +45,9 @@ class MappedFileQueue:
         self.flushed_where = 0
         self.fsync_count = 0  # fdatasync calls made by flush(); tests count group commits
         self.flush_lock = asyncio.Lock()
+        # bumped whenever files are cut or removed: a flush whose sync ran meanwhile (in a
+        # thread) must not claim positions from before the cut
+        self.cuts = 0
 
     # -- loading -----------------------------------------------------------------------------
     def load(self) -> None:
@@ -154,6 +157,7 @@ class MappedFileQueue:
     # -- truncation and deletion -------------------------------------------------------------
     def truncate_dirty(self, offset: int) -> None:
         """Make ``offset`` the end: zero the rest of its file, destroy every later file."""
+        self.cuts += 1
         keep: list[MappedFile] = []
         for mf in self.files:
             if mf.file_end_offset <= offset:
@@ -171,12 +175,14 @@ class MappedFileQueue:
         self.flushed_where = min(self.flushed_where, offset)
 
     def destroy_all(self) -> None:
+        self.cuts += 1
         for mf in self.files:
             mf.destroy()
         self.files = []
         self.flushed_where = 0
 
     def delete_first(self, count: int) -> None:
+        self.cuts += 1
         for mf in self.files[:count]:
             mf.destroy()
         del self.files[:count]
@@ -219,7 +225,16 @@ class MappedFileQueue:
                 target = mf.wrote_position
                 if mf.flushed_position < target:
                     self.fsync_count += 1
-                    await asyncio.to_thread(mf.sync)
+                    cuts = self.cuts
+                    try:
+                        await asyncio.to_thread(mf.sync)
+                    except (OSError, ValueError):
+                        if self.cuts == cuts:
+                            raise
+                    if self.cuts != cuts:
+                        # cut (a follower's truncation) or removed while it synced: what it
+                        # synced may not be what is there now; look again from the new end
+                        continue
                     mf.flushed_position = max(mf.flushed_position, target)
                 self.flushed_where = mf.file_from_offset + mf.flushed_position
                 if mf.flushed_position < mf.file_size:
