@@ -25,6 +25,10 @@ from habroker.dledger.protocol import DLedgerResponseCode
 from habroker.dledger_role_change import DLedgerRoleChangeHandler
 from habroker.ha import HAAuth, HAClient, HAService
 from habroker.metadata import (
+    AUTO_CREATE_TOPIC_KEY,
+    PERM_INHERIT,
+    PERM_READ,
+    PERM_WRITE,
     ConsumerOffsetManager,
     DelayOffsetManager,
     MetadataError,
@@ -98,6 +102,11 @@ class BrokerController:
             self.store = MessageStore(config)
         meta_dir = config.metadata_dir
         self.topics = TopicConfigManager(meta_dir)
+        if config.autoCreateTopicEnable and self.topics.get(AUTO_CREATE_TOPIC_KEY) is None:
+            # RocketMQ's TopicConfigManager: TBW102 is registered like any topic, so a client
+            # finds a route for a topic nobody created and sends there with defaultTopic=TBW102
+            n = config.defaultTopicQueueNums
+            self.topics.create(AUTO_CREATE_TOPIC_KEY, n, n, PERM_READ | PERM_WRITE | PERM_INHERIT)
         self.groups = SubscriptionGroupManager(meta_dir)
         self.offsets = ConsumerOffsetManager(meta_dir)
         self.delays = DelayOffsetManager(meta_dir)
@@ -277,7 +286,10 @@ class BrokerController:
         return True, "ok"
 
     # -- topics ----------------------------------------------------------------------------
-    def topic_for_write(self, topic: str) -> TopicConfig:
+    def topic_for_write(self, topic: str, client_queue_nums: int | None = None) -> TopicConfig:
+        """The topic's config; with autoCreateTopicEnable an unknown topic is created first,
+        with ``client_queue_nums`` (the sender's defaultTopicQueueNums) capped at TBW102's write
+        queues, as RocketMQ's createTopicInSendMessageMethod does, and registered at once."""
         cfg = self.topics.get(topic)
         if cfg is None:
             if not self.config.autoCreateTopicEnable:
@@ -288,10 +300,15 @@ class BrokerController:
                     404,
                 )
             n = self.config.defaultTopicQueueNums
+            key = self.topics.get(AUTO_CREATE_TOPIC_KEY)
+            if client_queue_nums is not None and client_queue_nums > 0:
+                n = min(client_queue_nums, key.writeQueueNums if key else n)
+            perm = (key.perm if key else PERM_READ | PERM_WRITE) & ~PERM_INHERIT
             try:
-                cfg, _ = self.topics.create(topic, n, n, 6)
+                cfg, _ = self.topics.create(topic, n, n, perm)
             except MetadataError as exc:
                 raise BrokerError(exc.code, str(exc)) from None
+            self.register_now()  # routes name the new topic before the next round
         return cfg
 
     def topic_for_read(self, topic: str) -> TopicConfig:
@@ -331,6 +348,7 @@ class BrokerController:
         reconsume_times: int = 0,
         wait: bool | None = None,
         delay: bool = False,
+        default_queue_nums: int | None = None,
     ) -> tuple[PutResult, int]:
         """Append a batch and wait as the role and flush type require; returns (result, queueId).
 
@@ -348,7 +366,7 @@ class BrokerController:
                 403,
                 masterAddress=self.master_http_address or None,
             )
-        cfg = self.topic_for_write(topic)
+        cfg = self.topic_for_write(topic, default_queue_nums)
         if not cfg.writable:
             raise BrokerError(
                 "topic_not_writable", f"topic {topic!r} has perm={cfg.perm} (no write)", 403

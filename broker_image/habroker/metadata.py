@@ -32,6 +32,9 @@ TOPIC_NAME = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
 GROUP_NAME = re.compile(r"^[%|a-zA-Z0-9_-]{1,255}$")
 PERM_READ = 4
 PERM_WRITE = 2
+PERM_INHERIT = 1  # a topic new topics may be created from (TBW102)
+#: TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC: the route a client asks for a topic nobody created
+AUTO_CREATE_TOPIC_KEY = "TBW102"
 MAX_QUEUE_NUMS = 1024
 
 
@@ -244,7 +247,7 @@ class TopicConfigManager(VersionedTable[TopicConfig]):
         ):
             if not 1 <= value <= MAX_QUEUE_NUMS:
                 raise MetadataError("bad_topic", f"{name}={value}: must be 1..{MAX_QUEUE_NUMS}")
-        if perm & ~(PERM_READ | PERM_WRITE | 1) or perm < 0:
+        if perm & ~(PERM_READ | PERM_WRITE | PERM_INHERIT) or perm < 0:
             raise MetadataError(
                 "bad_topic", f"perm={perm}: a combination of 4 (read), 2 (write), 1 (inherit)"
             )

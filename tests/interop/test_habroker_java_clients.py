@@ -32,8 +32,10 @@ from tests.interop.test_java_oracle import (  # the oracle's scenarios, collecte
     V4,
     JavaGroup,
     create_topic,
+    mqadmin_until,
     produce,
     sent_ids,
+    test_a_send_to_a_topic_nobody_created_creates_it_from_tbw102,
     test_binary_header_serialization_round_trip,
     test_every_send_mode_is_read_back_once_with_identical_bytes,
     test_failed_message_is_retried_then_dead_lettered,
@@ -45,6 +47,7 @@ from tests.interop.test_java_oracle import (  # the oracle's scenarios, collecte
 pytestmark = pytest.mark.timeout(240)
 
 __all__ = [
+    "test_a_send_to_a_topic_nobody_created_creates_it_from_tbw102",
     "test_binary_header_serialization_round_trip",
     "test_every_send_mode_is_read_back_once_with_identical_bytes",
     "test_failed_message_is_retried_then_dead_lettered",
@@ -66,6 +69,9 @@ def habroker_group(module_netns: NetNS) -> Iterator[LocalGroup]:
         mappedFileSizeCommitLog=16 * 1024 * 1024,
         # retries come back after 1 s instead of 10 s (the oracle's Java broker: its default)
         messageDelayLevel="1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s",
+        # as the oracle's Java broker (RocketMQ's defaults): topics created on first send
+        autoCreateTopicEnable=True,
+        defaultTopicQueueNums=8,
     )
     group.start()
     group.wait_replicated()
@@ -88,7 +94,6 @@ def group(module_netns: NetNS, habroker_group: LocalGroup) -> JavaGroup:
         habroker_group.slaves[0].address,
         namesrv=habroker_group.master.address,
         version=HABROKER_VERSION,
-        system_topics=frozenset(),
     )
 
 
@@ -144,12 +149,8 @@ def test_mqadmin_status_progress_and_message_lookup(group: JavaGroup) -> None:
     assert "brokerVersionDesc" in broker_status and HABROKER_VERSION in broker_status
     assert "msgPutTotalTodayNow" in broker_status
 
-    deadline = time.monotonic() + 20
-    while True:
-        progress = run_mqadmin(ns, V4, "consumerProgress", "-n", group.namesrv, "-g", grp)
-        if "Diff Total: 0" in progress or time.monotonic() > deadline:
-            break
-        time.sleep(1)
+    progress = mqadmin_until(ns, lambda o: "Diff Total: 0" in o, "consumerProgress",
+                             "-n", group.namesrv, "-g", grp, timeout=20)  # fmt: skip
     assert topic in progress and "Diff Total: 0" in progress, progress
 
     send = next(iter(sends.values()))

@@ -14,7 +14,7 @@ import hashlib
 import socket
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,6 +84,16 @@ def cluster_rows(
         got = {(r.cluster, r.broker_name, r.broker_id, r.address, r.version) for r in rows}
         if got == want or time.monotonic() > deadline:
             return got
+        time.sleep(1)
+
+
+def mqadmin_until(ns: NetNS, done: Callable[[str], bool], *args: str, timeout: float = 30.0) -> str:
+    """mqadmin's output once ``done`` accepts it (asked again each second), or the last one."""
+    deadline = time.monotonic() + timeout
+    while True:
+        out = run_mqadmin(ns, V4, *args)
+        if done(out) or time.monotonic() > deadline:
+            return out
         time.sleep(1)
 
 
@@ -227,6 +237,29 @@ def test_every_send_mode_is_read_back_once_with_identical_bytes(group: JavaGroup
     # the client compressed them (sysFlag bit 0 survives on the consumer side), nothing else
     assert len(big) == 2 and all(m["sysFlag"] & 1 for m in big)
     assert not any(m["sysFlag"] & 1 for m in messages if m not in big)
+
+
+def test_a_send_to_a_topic_nobody_created_creates_it_from_tbw102(group: JavaGroup) -> None:
+    """autoCreateTopicEnable: the producer finds no route for the topic, sends along TBW102's
+    route (defaultTopic=TBW102, defaultTopicQueueNums=4) and the broker creates the topic with
+    min(4, TBW102's 8 write queues) queues, perm RW, and routes it."""
+    ns, topic = group.ns, "T-auto"
+    key = loads_fastjson(run_mqadmin(ns, V4, "topicRoute", "-n", group.namesrv, "-t", "TBW102"))
+    [key_queues] = key["queueDatas"]
+    assert (key_queues["writeQueueNums"], key_queues["perm"]) == (8, 7), key_queues
+    events = produce(ns, topic, "--count", "12", "--id-prefix", "auto-", namesrv=group.namesrv)
+    assert summary(events)["sendOk"] == 12, summary(events)
+    out = mqadmin_until(ns, lambda o: "queueDatas" in o, "topicRoute", "-n", group.namesrv,
+                        "-t", topic)  # fmt: skip
+    [queues] = loads_fastjson(out)["queueDatas"]
+    assert (queues["readQueueNums"], queues["writeQueueNums"], queues["perm"]) == (4, 4, 6)
+    events = run_driver(
+        ns, V4, "lite-pull", "--namesrv", group.namesrv, "--topic", topic, "--group", "g-auto",
+        "--expect", "12", "--timeout-s", "60",
+    )  # fmt: skip
+    messages = events_of(events, "message")
+    assert sorted(m["id"] for m in messages) == sorted(f"auto-{i}" for i in range(12))
+    assert {m["queueId"] for m in messages} == {0, 1, 2, 3}
 
 
 def test_binary_header_serialization_round_trip(group: JavaGroup) -> None:

@@ -73,6 +73,7 @@ class SendHeader:
     reconsume_times: int
     max_reconsume_times: int | None
     batch: bool
+    default_topic_queue_nums: int | None  # an auto-created topic's queues (capped by TBW102)
 
     @classmethod
     def decode(cls, request: RemotingCommand) -> SendHeader:
@@ -92,6 +93,7 @@ class SendHeader:
             reconsume_times=h.int32("reconsumeTimes", 0),
             max_reconsume_times=h.opt_int32("maxReconsumeTimes"),
             batch=h.flag("batch") or request.code == RequestCode.SEND_BATCH_MESSAGE,
+            default_topic_queue_nums=h.opt_int32("defaultTopicQueueNums"),
         )
 
 
@@ -159,6 +161,7 @@ class SendMessageProcessor:
             reconsume_times=header.reconsume_times,
             wait=wait,
             delay=not header.batch,
+            default_queue_nums=header.default_topic_queue_nums,
         )
         if len(entries) > 1:
             msg_id = ",".join(
