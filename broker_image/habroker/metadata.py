@@ -290,10 +290,23 @@ GROUP_FIELD_RANGES = (
 )
 
 
+#: MixAll.CID_RMQ_SYS_PREFIX: the broker's own consumer groups, found even without auto-create
+SYS_CONSUMER_GROUP_PREFIX = "CID_RMQ_SYS_"
+
+
 class SubscriptionGroupManager(VersionedTable[SubscriptionGroupConfig]):
     FILE = "subscriptionGroup.json"
     TABLE_KEY = "subscriptionGroupTable"
     CONFIG = SubscriptionGroupConfig
+
+    def find_config(self, group: str, auto_create: bool) -> SubscriptionGroupConfig | None:
+        """RocketMQ's findSubscriptionGroupConfig: the group's config; an unknown group has the
+        defaults when ``auto_create`` (autoCreateSubscriptionGroup) is on or it is a system
+        group, else None (pulls and send-backs then answer SUBSCRIPTION_GROUP_NOT_EXIST)."""
+        found = self.table.get(group)
+        if found is None and (auto_create or group.startswith(SYS_CONSUMER_GROUP_PREFIX)):
+            return self.find(group)
+        return found
 
     def find(self, group: str | None) -> SubscriptionGroupConfig:
         """The group's config, or the defaults a group that was never configured gets."""

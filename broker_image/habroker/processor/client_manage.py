@@ -112,13 +112,17 @@ class ClientManageProcessor:
             str(consumer.get("consumeFromWhere") or "CONSUME_FROM_LAST_OFFSET"),
             subs,
         )
-        if not self.broker.is_slave:
+        # as RocketMQ's heartBeat: a group that does not exist (autoCreateSubscriptionGroup
+        # off) is registered, but gets no retry topic
+        broker = self.broker
+        cfg = broker.groups.find_config(group, broker.config.autoCreateSubscriptionGroup)
+        if cfg is not None and not broker.is_slave:
             retry = RETRY_GROUP_TOPIC_PREFIX + group
-            if self.broker.topics.get(retry) is None:
-                n = self.broker.groups.find(group).retryQueueNums
+            if broker.topics.get(retry) is None:
+                n = cfg.retryQueueNums
                 with contextlib.suppress(*REFUSALS):
-                    self.broker.topics.create(retry, n, n, PERM_READ | PERM_WRITE)
-        if changed and self.broker.groups.find(group).notifyConsumerIdsChangedEnable:
+                    broker.topics.create(retry, n, n, PERM_READ | PERM_WRITE)
+        if changed and (cfg is None or cfg.notifyConsumerIdsChangedEnable):
             self.consumers.notify_ids_changed(group)
 
     def unregister_client(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:

@@ -46,7 +46,6 @@ log = logging.getLogger(__name__)
 # MixAll's names
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
-SYS_CONSUMER_GROUP_PREFIX = "CID_RMQ_SYS_"
 DLQ_NUMS_PER_GROUP = 1
 # MQVersion.Version.V3_4_9.ordinal(): clients from here on send maxReconsumeTimes
 V3_4_9 = 121
@@ -69,14 +68,12 @@ class RetryPolicy:
         self.broker = broker
 
     def find_group(self, group: str) -> SubscriptionGroupConfig:
-        """RocketMQ's findSubscriptionGroupConfig: an unknown group has the defaults while
-        autoCreateSubscriptionGroup is on (and always for system groups)."""
+        """The group's config (SubscriptionGroupManager.find_config), or the send-back's
+        refusal."""
         broker = self.broker
-        found = broker.groups.table.get(group)
+        found = broker.groups.find_config(group, broker.config.autoCreateSubscriptionGroup)
         if found is not None:
             return found
-        if broker.config.autoCreateSubscriptionGroup or group.startswith(SYS_CONSUMER_GROUP_PREFIX):
-            return broker.groups.find(group)
         raise RequestRefused(
             ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
             f"subscription group not exist, {group} (autoCreateSubscriptionGroup=false: "

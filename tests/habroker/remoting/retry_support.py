@@ -5,6 +5,7 @@ CONSUMER_SEND_MSG_BACK), made with habroker's RemotingClient."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from habroker.remoting.client import RemotingClient
 
 # PullSysFlag: FLAG_SUBSCRIPTION only (no suspend: an empty queue answers at once)
 PULL_SYS_FLAG = 0x4
+PROBE_GROUP = "probe"  # the consumer group the tests' pulls name
 
 
 class BrokerRequests:
@@ -93,10 +95,24 @@ class BrokerRequests:
     async def pull(
         self, topic: str, queue_id: int = 0, offset: int = 0, subscription: str = "*"
     ) -> list[MessageExt]:
-        answer = await self.call(
+        answer = await self.pull_answer(topic, queue_id, offset, subscription)
+        if answer.code != ResponseCode.SUCCESS:
+            return []
+        # the stored bytes, as a Java consumer receives them (it decompresses by sysFlag itself)
+        return decode_records(answer.body_bytes, decompress_body=False)
+
+    async def pull_answer(
+        self,
+        topic: str,
+        queue_id: int = 0,
+        offset: int = 0,
+        subscription: str = "*",
+        group: str = PROBE_GROUP,
+    ) -> RemotingCommand:
+        return await self.call(
             RequestCode.PULL_MESSAGE,
             {
-                "consumerGroup": "probe",
+                "consumerGroup": group,
                 "topic": topic,
                 "queueId": queue_id,
                 "queueOffset": offset,
@@ -109,10 +125,15 @@ class BrokerRequests:
                 "expressionType": "TAG",
             },
         )
-        if answer.code != ResponseCode.SUCCESS:
-            return []
-        # the stored bytes, as a Java consumer receives them (it decompresses by sysFlag itself)
-        return decode_records(answer.body_bytes, decompress_body=False)
+
+    async def create_group(self, name: str, **values: object) -> None:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, as mqadmin updateSubGroup sends it."""
+        created = await self.call(
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+            {},
+            json.dumps({"groupName": name, **values}).encode(),
+        )
+        assert created.code == ResponseCode.SUCCESS, created
 
     async def wait_for(
         self, topic: str, queue_id: int = 0, count: int = 1, within: float = 10.0

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 from habroker.message import SCHEDULE_TOPIC, MessageExt
-from habroker.remoting import RequestCode, ResponseCode
+from habroker.remoting import ResponseCode
 
-from tests.habroker.remoting.retry_support import RunningBroker
+from tests.habroker.remoting.retry_support import PROBE_GROUP, RunningBroker
 
 Factory = Callable[..., Awaitable[RunningBroker]]
 # level 3 (the first retry's: 3 + reconsumeTimes, capped at the highest) is 1 s here
@@ -109,6 +109,7 @@ async def test_delay_level_from_the_consumer_and_negative_means_dead_letter(
 
 async def test_the_groups_own_retry_settings(brokers: Factory) -> None:
     running = await brokers(autoCreateSubscriptionGroup=False)
+    await running.create_group(PROBE_GROUP)  # the group the test's own pulls name
     await running.create_topic("T")
     await running.send("T", b"x")
     msg = await one(running, "T")
@@ -117,25 +118,15 @@ async def test_the_groups_own_retry_settings(brokers: Factory) -> None:
     assert answer.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
     assert "subscription group not exist, NOPE" in (answer.remark or "")
 
-    async def create_group(name: str, **values: object) -> None:
-        import json
-
-        created = await running.call(
-            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
-            {},
-            json.dumps({"groupName": name, **values}).encode(),
-        )
-        assert created.code == ResponseCode.SUCCESS, created
-
     # no maxReconsumeTimes in the request: the group's retryMaxTimes (0) sends it to DLQ
-    await create_group("G0", retryMaxTimes=0, retryQueueNums=3)
+    await running.create_group("G0", retryMaxTimes=0, retryQueueNums=3)
     assert (await running.send_back(msg, "G0", max_reconsume_times=None)).code == 0
     assert len(await running.wait_for("%DLQ%G0", within=2)) == 1
     retry_cfg = running.b.topics.get("%RETRY%G0")
     assert retry_cfg is not None and retry_cfg.writeQueueNums == 3
 
     # retryQueueNums 0: the group wants no retries; SUCCESS and nothing stored
-    await create_group("NORETRY", retryQueueNums=0)
+    await running.create_group("NORETRY", retryQueueNums=0)
     before = running.b.store.max_phy_offset
     assert (await running.send_back(msg, "NORETRY")).code == ResponseCode.SUCCESS
     assert running.b.store.max_phy_offset == before
