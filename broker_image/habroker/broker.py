@@ -583,6 +583,11 @@ class BrokerController:
             self.ha_service.config = new
         if "haMasterAddress" in updates and new.haMasterAddress != old_master:
             self.set_master_address(new.haMasterAddress, None)
+        if "brokerPermission" in updates:
+            # as RocketMQ: a new topic data version, so name servers take the changed routes
+            self.topics.data_version.next()
+            self.topics.persist()
+            self.register_now()
         log.info("runtime config updated: %s", {k: getattr(new, k) for k in updates})
         return new
 

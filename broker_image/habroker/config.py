@@ -120,6 +120,8 @@ class BrokerConfig:
     autoCreateTopicEnable: bool = False
     defaultTopicQueueNums: int = 4
     autoCreateSubscriptionGroup: bool = True
+    # 6 = read and write; 4 drains writes (routes lose write permission), 2 stops pulls
+    brokerPermission: int = 6
     # delayed delivery (ScheduleMessageService) and consumer retries
     messageDelayLevel: str = DEFAULT_MESSAGE_DELAY_LEVEL
     flushDelayOffsetInterval: int = 10000
@@ -203,6 +205,7 @@ class BrokerConfig:
 
     # keys changeable at runtime through the admin API (updateBrokerConfig in RocketMQ)
     RUNTIME_KEYS: ClassVar[tuple[str, ...]] = (
+        "brokerPermission",
         "slaveReadEnable",
         "accessMessageInMemoryMaxRatio",
         "totalPhysicalMemorySize",
@@ -312,6 +315,11 @@ class BrokerConfig:
         if not 0 < self.haTransferBatchSize <= 4 * 1024 * 1024 - 12:
             raise ConfigError(
                 f"haTransferBatchSize={self.haTransferBatchSize}: 1..4194292 (a slave's 4 MiB frame limit)"
+            )
+        if not 0 <= self.brokerPermission <= 7:
+            raise ConfigError(
+                f"brokerPermission={self.brokerPermission}: a sum of 4 (read), 2 (write), "
+                "1 (inherit)"
             )
         if not 0 <= self.accessMessageInMemoryMaxRatio <= 100:
             raise ConfigError(

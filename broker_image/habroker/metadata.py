@@ -33,6 +33,16 @@ GROUP_NAME = re.compile(r"^[%|a-zA-Z0-9_-]{1,255}$")
 PERM_READ = 4
 PERM_WRITE = 2
 PERM_INHERIT = 1  # a topic new topics may be created from (TBW102)
+
+
+def registered_perm(topic_perm: int, broker_permission: int) -> int:
+    """A topic's permission as routes show it: cut by brokerPermission when the broker is not
+    both readable and writable (RocketMQ's registerBrokerAll), so clients avoid it."""
+    if broker_permission & (PERM_READ | PERM_WRITE) == PERM_READ | PERM_WRITE:
+        return topic_perm
+    return topic_perm & broker_permission
+
+
 #: TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC: the route a client asks for a topic nobody created
 AUTO_CREATE_TOPIC_KEY = "TBW102"
 MAX_QUEUE_NUMS = 1024
@@ -234,7 +244,12 @@ class TopicConfigManager(VersionedTable[TopicConfig]):
         return self.table.get(topic)
 
     def create(
-        self, topic: str, read_queue_nums: int, write_queue_nums: int, perm: int
+        self,
+        topic: str,
+        read_queue_nums: int,
+        write_queue_nums: int,
+        perm: int,
+        order: bool = False,
     ) -> tuple[TopicConfig, bool]:
         """Create or update; returns (config, changed)."""
         if not TOPIC_NAME.match(topic):
@@ -251,7 +266,7 @@ class TopicConfigManager(VersionedTable[TopicConfig]):
             raise MetadataError(
                 "bad_topic", f"perm={perm}: a combination of 4 (read), 2 (write), 1 (inherit)"
             )
-        new = TopicConfig(topic, read_queue_nums, write_queue_nums, perm)
+        new = TopicConfig(topic, read_queue_nums, write_queue_nums, perm, order=order)
         old = self.table.get(topic)
         if old == new:
             return old, False

@@ -16,6 +16,7 @@ import zlib
 from typing import TYPE_CHECKING, Any
 
 from habroker import fastjson
+from habroker.metadata import TopicConfigManager, registered_perm
 from habroker.remoting.channel import RemotingError
 from habroker.remoting.client import BrokerResponseError, RemotingClient
 from habroker.remoting.codes import RequestCode
@@ -33,8 +34,11 @@ def register_header(
 ) -> tuple[dict[str, Any], bytes]:
     """REGISTER_BROKER's custom header and body (RegisterBrokerBody) for this broker."""
     cfg = broker.config
+    topics = broker.topics.to_json()
+    for entry in topics[TopicConfigManager.TABLE_KEY].values():  # fresh dicts: ours to change
+        entry["perm"] = registered_perm(entry["perm"], cfg.brokerPermission)
     payload = fastjson.dumps(
-        {"filterServerList": [], "topicConfigSerializeWrapper": broker.topics.to_json()}
+        {"filterServerList": [], "topicConfigSerializeWrapper": topics}
     ).encode()
     header: dict[str, Any] = {
         "brokerName": cfg.brokerName,

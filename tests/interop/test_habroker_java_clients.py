@@ -37,6 +37,7 @@ from tests.interop.test_java_oracle import (  # the oracle's scenarios, collecte
     sent_ids,
     test_a_send_to_a_topic_nobody_created_creates_it_from_tbw102,
     test_binary_header_serialization_round_trip,
+    test_broker_permission_drains_writes_from_the_routes,
     test_every_send_mode_is_read_back_once_with_identical_bytes,
     test_failed_message_is_retried_then_dead_lettered,
     test_mqadmin_cluster_list_shows_master_and_slave,
@@ -49,6 +50,7 @@ pytestmark = pytest.mark.timeout(240)
 __all__ = [
     "test_a_send_to_a_topic_nobody_created_creates_it_from_tbw102",
     "test_binary_header_serialization_round_trip",
+    "test_broker_permission_drains_writes_from_the_routes",
     "test_every_send_mode_is_read_back_once_with_identical_bytes",
     "test_failed_message_is_retried_then_dead_lettered",
     "test_mqadmin_cluster_list_shows_master_and_slave",

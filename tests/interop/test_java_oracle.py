@@ -262,6 +262,37 @@ def test_a_send_to_a_topic_nobody_created_creates_it_from_tbw102(group: JavaGrou
     assert {m["queueId"] for m in messages} == {0, 1, 2, 3}
 
 
+def _route_perm(out: str) -> int | None:
+    try:
+        [queues] = loads_fastjson(out)["queueDatas"]
+    except (ValueError, KeyError):
+        return None
+    return int(queues["perm"])
+
+
+def test_broker_permission_drains_writes_from_the_routes(group: JavaGroup) -> None:
+    """mqadmin updateBrokerConfig brokerPermission=4 (read only) on the master: the route of
+    every topic loses write permission at once, so producers go elsewhere; 6 restores it."""
+    ns, topic = group.ns, "T-perm"
+    create_topic(ns, topic, 2, namesrv=group.namesrv)
+    route = ("topicRoute", "-n", group.namesrv, "-t", topic)
+
+    def set_permission(value: int) -> None:
+        out = run_mqadmin(ns, V4, "updateBrokerConfig", "-n", group.namesrv,
+                          "-b", group.master_address, "-k", "brokerPermission", "-v", str(value))  # fmt: skip
+        assert "success" in out, out
+
+    assert _route_perm(mqadmin_until(ns, lambda o: _route_perm(o) is not None, *route)) == 6
+    try:
+        set_permission(4)
+        assert _route_perm(mqadmin_until(ns, lambda o: _route_perm(o) == 4, *route)) == 4
+    finally:
+        set_permission(6)
+    assert _route_perm(mqadmin_until(ns, lambda o: _route_perm(o) == 6, *route)) == 6
+    events = produce(ns, topic, "--count", "4", "--id-prefix", "perm-", namesrv=group.namesrv)
+    assert summary(events)["sendOk"] == 4
+
+
 def test_binary_header_serialization_round_trip(group: JavaGroup) -> None:
     """-Drocketmq.serialize.type=ROCKETMQ: the client's headers in RocketMQ's binary encoding."""
     ns, topic = group.ns, "T-binary"

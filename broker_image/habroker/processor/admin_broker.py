@@ -100,7 +100,11 @@ class AdminBrokerProcessor:
             )
         self._master_only("topics are created on the master; slaves copy them")
         self.broker.topics.create(
-            topic, h.int32("readQueueNums"), h.int32("writeQueueNums"), h.int32("perm", 6)
+            topic,
+            h.int32("readQueueNums"),
+            h.int32("writeQueueNums"),
+            h.int32("perm", 6),
+            order=h.flag("order"),
         )
         return request.response()
 

@@ -13,6 +13,7 @@ import logging
 import time
 
 from habroker.broker import BrokerController
+from habroker.metadata import registered_perm
 from habroker.processor import body
 from habroker.processor.headers import Header
 from habroker.remoting import RemotingCommand, RequestCode, ResponseCode
@@ -65,7 +66,7 @@ class NameServerProcessor:
             "queueDatas": [
                 {
                     "brokerName": self.broker.config.brokerName,
-                    "perm": cfg.perm,
+                    "perm": registered_perm(cfg.perm, self.broker.config.brokerPermission),
                     "readQueueNums": cfg.readQueueNums,
                     "topicSysFlag": cfg.topicSysFlag,
                     "writeQueueNums": cfg.writeQueueNums,

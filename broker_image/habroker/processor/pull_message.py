@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 
 from habroker.broker import BrokerController, PullOutcome
+from habroker.metadata import PERM_READ
 from habroker.processor.client_manager import ConsumerManager, SubscriptionData
 from habroker.processor.errors import REFUSALS, refusal
 from habroker.processor.headers import Header
@@ -52,6 +53,11 @@ class PullMessageProcessor:
             sys_flag = h.int32("sysFlag")
             commit_offset = h.int64("commitOffset", 0)
             suspend_ms = h.int64("suspendTimeoutMillis", 0)
+            if not self.broker.config.brokerPermission & PERM_READ:
+                raise RequestRefused(
+                    ResponseCode.NO_PERMISSION,
+                    f"the broker[{self.broker.config.brokerIP1}] pulling message is forbidden",
+                )
             self._check_group(group)
             sub = self._subscription(h, group, topic, sys_flag)
             tags_codes = None if sub.matches_all else frozenset(sub.codes)

@@ -20,6 +20,7 @@ from habroker.message import (
     encode_properties,
     offset_msg_ids,
 )
+from habroker.metadata import PERM_WRITE
 from habroker.processor.errors import REFUSALS, refusal
 from habroker.processor.headers import Header
 from habroker.processor.send_msg_back import RETRY_GROUP_TOPIC_PREFIX, RetryPolicy
@@ -134,6 +135,16 @@ class SendMessageProcessor:
                 ResponseCode.NO_PERMISSION,
                 "transactional messages (TRAN_MSG) are not supported by habroker",
             )
+        cfg = broker.config
+        if not cfg.brokerPermission & PERM_WRITE:
+            # RocketMQ's msgCheck refuses only order topics: routes already steer other sends
+            # away (they lose write permission), and one in flight may still land
+            topic_cfg = broker.topics.get(topic)
+            if topic_cfg is not None and topic_cfg.order:
+                raise RequestRefused(
+                    ResponseCode.NO_PERMISSION,
+                    f"the broker[{cfg.brokerIP1}] sending message is forbidden",
+                )
         queue_id: int | None = header.queue_id
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             topic, queue_id = self.retry.retry_or_dlq(

@@ -146,6 +146,11 @@ class ConsumerSendMsgBackProcessor:
         broker = self.broker
         policy = self.policy
         group_cfg = policy.find_group(group)
+        if not broker.config.brokerPermission & PERM_WRITE:
+            raise RequestRefused(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{broker.config.brokerIP1}] sending message is forbidden",
+            )
         if group_cfg.retryQueueNums <= 0:
             return request.response()  # the group wants no retries: dropped, as RocketMQ does
         if broker.is_slave:
