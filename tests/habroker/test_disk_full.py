@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from habroker.client import BrokerAPIError, BrokerGroupReader, OutgoingMessage, Producer
-from habroker.local import LocalBroker, free_port
+from habroker.local import LocalBroker, LocalGroup, free_port
 
 DISK = 16 << 20
 TOPIC = "full"
@@ -121,3 +121,59 @@ def test_a_full_disk_refuses_produces_keeps_what_was_acked_and_forced_cleaning_f
         assert "writes are refused until retention frees space" in broker.log_path.read_text()
     finally:
         broker.stop()
+
+
+def test_a_slave_whose_disk_fills_cleans_forcibly_and_keeps_replicating(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    """A slave on a smaller disk than its master: it deletes its oldest files whatever their age
+    once past diskSpaceCleanForciblyRatio, as a RocketMQ slave does, and keeps up with the
+    master, byte for byte in what it still holds."""
+    config: dict[str, Any] = {
+        "mappedFileSizeCommitLog": 512 << 10,
+        "mappedFileSizeConsumeQueue": 20 * 4096,
+        "maxMessageSize": 64 * 1024,
+        "cleanResourceInterval": 200,
+        "autoCreateTopicEnable": True,
+        "flushIntervalCommitLog": 100,
+    }
+    group = LocalGroup(tmp_path / "group", slaves=1, mode="ASYNC", **config)
+    slave = group.slaves[0]
+    slave.config["storePathRootDir"] = str(small_disk)
+    group.start()
+    try:
+        with Producer(group.master.http_address) as producer:
+            for batch in range(800):  # 800 x 33 KiB: more than the slave's disk
+                bodies = [b"%06d-%04d" % (batch, i) + b"x" * 1000 for i in range(32)]
+                res = producer.send_batch(TOPIC, [OutgoingMessage(b) for b in bodies], queue_id=0)
+                assert res.status == "PUT_OK", res
+                time.sleep(0.005)
+        master_end = group.master.status()["maxOffset"]
+        deadline = time.monotonic() + 60
+        while True:
+            status = slave.status()
+            if status["maxOffset"] == master_end:
+                break
+            assert slave.running, slave.tail_log(40)
+            assert time.monotonic() < deadline, (
+                status["maxOffset"],
+                master_end,
+                slave.tail_log(40),
+            )
+            time.sleep(0.2)
+        print(
+            f"slave caught up to {master_end} with its disk {used_percent(small_disk):.1f}% "
+            f"used; its log begins at {status['minOffset']}"
+        )
+        assert status["minOffset"] > 0, "nothing was cleaned"
+        deadline = time.monotonic() + 20
+        while used_percent(small_disk) >= 85:  # diskSpaceCleanForciblyRatio: cleaning goes on
+            assert time.monotonic() < deadline, f"{used_percent(small_disk):.1f}% used"
+            time.sleep(0.2)
+        time.sleep(0.5)  # a pass that was deleting when the disk crossed the line is over
+        mine = sorted((small_disk / "commitlog").iterdir())
+        theirs = Path(group.master.config["storePathRootDir"]) / "commitlog"
+        for path in mine:
+            assert path.read_bytes() == (theirs / path.name).read_bytes(), path.name
+    finally:
+        group.stop()
