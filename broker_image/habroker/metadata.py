@@ -315,13 +315,19 @@ class SubscriptionGroupManager(VersionedTable[SubscriptionGroupConfig]):
     CONFIG = SubscriptionGroupConfig
 
     def find_config(self, group: str, auto_create: bool) -> SubscriptionGroupConfig | None:
-        """RocketMQ's findSubscriptionGroupConfig: the group's config; an unknown group has the
-        defaults when ``auto_create`` (autoCreateSubscriptionGroup) is on or it is a system
-        group, else None (pulls and send-backs then answer SUBSCRIPTION_GROUP_NOT_EXIST)."""
+        """RocketMQ's findSubscriptionGroupConfig: the group's config.  An unknown group with a
+        valid name is created with the defaults (and written, as RocketMQ writes it) when
+        ``auto_create`` (autoCreateSubscriptionGroup) is on or it is a system group; else None
+        (pulls and send-backs then answer SUBSCRIPTION_GROUP_NOT_EXIST)."""
         found = self.table.get(group)
-        if found is None and (auto_create or group.startswith(SYS_CONSUMER_GROUP_PREFIX)):
-            return self.find(group)
-        return found
+        if found is not None:
+            return found
+        if not (auto_create or group.startswith(SYS_CONSUMER_GROUP_PREFIX)):
+            return None
+        if not GROUP_NAME.match(group):
+            return None
+        log.info("subscription group %s auto-created", group)
+        return self.update(group, {})
 
     def find(self, group: str | None) -> SubscriptionGroupConfig:
         """The group's config, or the defaults a group that was never configured gets."""

@@ -80,3 +80,25 @@ async def test_a_heartbeat_creates_the_retry_topic_only_for_a_group_that_exists(
         assert (running.b.topics.get("%RETRY%unknown") is not None) is auto_create
     finally:
         await running.stop()
+
+
+async def test_an_auto_created_group_is_written_as_rocketmq_writes_it(tmp_path: Path) -> None:
+    running = await RunningBroker(tmp_path / "b").start()
+    try:
+        await running.create_topic("T")
+        assert "fresh" not in running.b.groups.table
+        answer = await running.pull_answer("T", group="fresh")
+        assert answer.code == ResponseCode.PULL_NOT_FOUND, answer  # an empty queue: served
+        assert running.b.groups.table["fresh"].consumeEnable
+        answer = await running.call(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, {})
+        assert "fresh" in json.loads(answer.body_bytes)["subscriptionGroupTable"]
+        bad = await running.pull_answer("T", group="bad name")
+        assert bad.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, bad
+        assert "bad name" not in running.b.groups.table
+    finally:
+        await running.stop()
+    restarted = await RunningBroker(tmp_path / "b").start()  # written: still there
+    try:
+        assert "fresh" in restarted.b.groups.table
+    finally:
+        await restarted.stop()
