@@ -177,3 +177,35 @@ def test_a_slave_whose_disk_fills_cleans_forcibly_and_keeps_replicating(
             assert path.read_bytes() == (theirs / path.name).read_bytes(), path.name
     finally:
         group.stop()
+
+
+def test_a_full_consume_queue_disk_refuses_produces_too(small_disk: Path, tmp_path: Path) -> None:
+    """storePathCommitLog on one disk, the consume queues (storePathRootDir) on another that
+    fills up (a ballast file here): produces are refused as for a full commit-log disk, and
+    taken again once it has room."""
+    broker = LocalBroker(
+        tmp_path / "broker",
+        storePathRootDir=str(small_disk),
+        storePathCommitLog=str(tmp_path / "commitlog"),
+        mappedFileSizeCommitLog=512 << 10,
+        mappedFileSizeConsumeQueue=20 * 4096,
+        autoCreateTopicEnable=True,
+    ).start()
+    ballast = small_disk / "ballast"
+    try:
+        with Producer(broker.http_address) as producer:
+            assert producer.send(TOPIC, b"before", queue_id=0).status == "PUT_OK"
+            room = shutil.disk_usage(small_disk)
+            ballast.write_bytes(b"\0" * int(room.total * 0.95 - (room.total - room.free)))
+            assert used_percent(small_disk) > 90
+            time.sleep(0.2)  # the put path looks at the disks every 0.1 s
+            with pytest.raises(BrokerAPIError) as refused:
+                producer.send(TOPIC, b"refused", queue_id=0)
+            assert refused.value.status == 503 and refused.value.code == "store_not_writable"
+            assert str(small_disk) in broker.log_path.read_text()
+            ballast.unlink()
+            time.sleep(0.2)
+            assert producer.send(TOPIC, b"after", queue_id=0).status == "PUT_OK"
+    finally:
+        ballast.unlink(missing_ok=True)
+        broker.stop()

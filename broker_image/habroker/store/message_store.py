@@ -1017,9 +1017,16 @@ class MessageStore:
 
     # -- retention -----------------------------------------------------------------------------
     def check_disk(self, directory: Path) -> float:
-        """How full (%) the disk holding ``directory`` is; past diskSpaceWarningLevelRatio the
-        store refuses writes (:attr:`disk_full`) until retention brings it back below."""
+        """How full (%) the disk holding ``directory`` is (or the consume queues' disk, when
+        storePathCommitLog puts the log on another one and that one is fuller, as RocketMQ
+        also watches its logics disk); past diskSpaceWarningLevelRatio the store refuses writes
+        (:attr:`disk_full`) until retention brings it back below."""
         used = disk_used_ratio(directory)
+        logics = self.config.consume_queue_dir
+        if _other_file_system(directory, logics):
+            logics_used = disk_used_ratio(logics)
+            if logics_used > used:
+                used, directory = logics_used, logics
         full = used > self.config.diskSpaceWarningLevelRatio
         if full != self.disk_full:
             self.disk_full = full
@@ -1058,6 +1065,13 @@ class MessageStore:
                 async with cq.queue.flush_lock:
                     cq.delete_expired(min_phy)
         return CleanResult(count, cl.min_offset)
+
+
+def _other_file_system(a: Path, b: Path) -> bool:
+    try:
+        return os.stat(a).st_dev != os.stat(b).st_dev
+    except OSError:
+        return False
 
 
 DISK_CHECK_INTERVAL = 0.1
