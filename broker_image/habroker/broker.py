@@ -118,6 +118,8 @@ class BrokerController:
         self.slave_sync: SlaveSynchronize | None = None
         self.master_http_address = ""
         self.registered_master_address = ""  # masterAddr from our last REGISTER_BROKER answer
+        # a slave: its master's brokerPermission, from the metadata copy (routes show it)
+        self.master_broker_permission: int | None = None
         self.routes = RouteInfoManager(self)
         self.registration = NameServerRegistration(self)
         self.started_at = time.monotonic()
@@ -254,6 +256,14 @@ class BrokerController:
             self.ha_service.config = self.config
         if self.ha_client is not None:
             self.ha_client.config = self.config
+
+    @property
+    def route_broker_permission(self) -> int:
+        """The brokerPermission routes of this group show: the master's, also when a slave
+        answers (a name server takes queue data from the master alone)."""
+        if self.is_slave and self.master_broker_permission is not None:
+            return self.master_broker_permission
+        return self.config.brokerPermission
 
     def register_now(self) -> None:
         """Tell the name servers (and, for a slave, its master) about a new role at once."""

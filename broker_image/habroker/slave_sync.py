@@ -120,6 +120,7 @@ class SlaveSynchronize:
             delay = await self._get_json(master, RequestCode.GET_ALL_DELAY_OFFSET)
             groups = await self._get_json(master, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
             await self._members(master)
+            await self._master_permission(master)
         except (RemotingError, BrokerResponseError, ValueError) as exc:
             message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             if message != self.last_error:
@@ -171,6 +172,19 @@ class SlaveSynchronize:
         if not isinstance(data, dict):
             raise ValueError(f"{code}: the master's answer is not a JSON object")
         return data
+
+    async def _master_permission(self, master: str) -> None:
+        """The master's brokerPermission (GET_BROKER_CONFIG), for the routes this slave
+        answers: a drained master (4) must not look writable through its slave."""
+        answer = await self.client.invoke(master, RequestCode.GET_BROKER_CONFIG)
+        if answer.code != ResponseCode.SUCCESS:
+            return
+        for line in answer.body_bytes.decode("utf-8", "replace").splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key.strip() == "brokerPermission":
+                with contextlib.suppress(ValueError):
+                    self.broker.master_broker_permission = int(value.strip())
+                return
 
     async def _members(self, master: str) -> None:
         answer = await self.client.invoke(master, RequestCode.GET_BROKER_CLUSTER_INFO)

@@ -66,7 +66,7 @@ class NameServerProcessor:
             "queueDatas": [
                 {
                     "brokerName": self.broker.config.brokerName,
-                    "perm": registered_perm(cfg.perm, self.broker.config.brokerPermission),
+                    "perm": registered_perm(cfg.perm, self.broker.route_broker_permission),
                     "readQueueNums": cfg.readQueueNums,
                     "topicSysFlag": cfg.topicSysFlag,
                     "writeQueueNums": cfg.writeQueueNums,

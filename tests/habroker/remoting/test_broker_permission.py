@@ -7,15 +7,18 @@ effect at runtime with a new topic data version.  The Java side: tests/interop/t
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from habroker import fastjson
+from habroker.local import LocalGroup
 from habroker.registration import register_header
 from habroker.remoting import RemotingCommand, RequestCode, ResponseCode
 
 from tests.habroker.remoting.retry_support import RunningBroker
+from tests.habroker.remoting.test_remoting_server import RawPeer
 
 
 @pytest.fixture
@@ -87,3 +90,38 @@ async def test_a_bad_value_is_refused_and_changes_nothing(running: RunningBroker
         answer.remark or ""
     )
     assert running.b.config.brokerPermission == 6 and await route_perm(running, "T") == 6
+
+
+def test_a_slave_answers_routes_with_its_masters_permission(tmp_path: Path) -> None:
+    """Any broker of a group answers routes (the namesrv Service may reach the slave): a
+    drained master must not look writable through its slave."""
+    group = LocalGroup(tmp_path / "g", slaves=1, metaSyncInterval=500).start()
+    try:
+        master, slave = group.master, group.slaves[0]
+        code, body = master.request(
+            "POST", "/v1/topics", {"topic": "T", "readQueueNums": 2, "writeQueueNums": 2}
+        )
+        assert code in (200, 201), body
+        peer = RawPeer(slave.address)
+        try:
+            for value in (4, 6):
+                code, body = master.request(
+                    "PATCH", "/v1/admin/config", {"brokerPermission": value}
+                )
+                assert code == 200, body
+                deadline = time.monotonic() + 15
+                while (perm := slave_route_perm(peer)) != value:
+                    assert time.monotonic() < deadline, f"the slave still routes perm {perm}"
+                    time.sleep(0.2)
+        finally:
+            peer.close()
+    finally:
+        group.stop()
+
+
+def slave_route_perm(peer: RawPeer) -> int | None:
+    answer = peer.call(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}))
+    if answer.code != ResponseCode.SUCCESS:
+        return None
+    [queues] = fastjson.loads(answer.body_bytes)["queueDatas"]
+    return int(queues["perm"])
