@@ -296,29 +296,57 @@ class BrokerController:
         return True, "ok"
 
     # -- topics ----------------------------------------------------------------------------
-    def topic_for_write(self, topic: str, client_queue_nums: int | None = None) -> TopicConfig:
-        """The topic's config; with autoCreateTopicEnable an unknown topic is created first,
-        with ``client_queue_nums`` (the sender's defaultTopicQueueNums) capped at TBW102's write
-        queues, as RocketMQ's createTopicInSendMessageMethod does, and registered at once."""
+    def topic_for_write(
+        self,
+        topic: str,
+        client_queue_nums: int | None = None,
+        default_topic: str | None = None,
+    ) -> TopicConfig:
+        """The topic's config, an unknown topic created first when that is allowed.
+
+        A remoting send names ``default_topic`` (TBW102 from the Java client) and its
+        ``client_queue_nums``: as RocketMQ's createTopicInSendMessageMethod, the topic is made
+        from that template if it exists and may be inherited from (perm 1; TBW102 only while
+        autoCreateTopicEnable), with min(client_queue_nums, the template's write queues) queues
+        and the template's permission less inherit.  An HTTP produce names no template: with
+        autoCreateTopicEnable the topic gets defaultTopicQueueNums queues, read and write.
+        A created topic is registered at once."""
         cfg = self.topics.get(topic)
-        if cfg is None:
-            if not self.config.autoCreateTopicEnable:
-                raise BrokerError(
-                    "unknown_topic",
-                    f"topic {topic!r} does not exist (create it with "
-                    "POST /v1/topics, or set autoCreateTopicEnable=true)",
-                    404,
-                )
-            n = self.config.defaultTopicQueueNums
-            key = self.topics.get(AUTO_CREATE_TOPIC_KEY)
-            if client_queue_nums is not None and client_queue_nums > 0:
-                n = min(client_queue_nums, key.writeQueueNums if key else n)
-            perm = (key.perm if key else PERM_READ | PERM_WRITE) & ~PERM_INHERIT
-            try:
-                cfg, _ = self.topics.create(topic, n, n, perm)
-            except MetadataError as exc:
-                raise BrokerError(exc.code, str(exc)) from None
-            self.register_now()  # routes name the new topic before the next round
+        if cfg is not None:
+            return cfg
+        auto = self.config.autoCreateTopicEnable
+        if default_topic is None:
+            n, perm = self.config.defaultTopicQueueNums, PERM_READ | PERM_WRITE
+            allowed = auto
+        else:
+            template = self.topics.get(default_topic)
+            allowed = (
+                template is not None
+                and bool(template.perm & PERM_INHERIT)
+                and (auto or default_topic != AUTO_CREATE_TOPIC_KEY)
+            )
+            if template is not None:
+                n = template.writeQueueNums
+                if client_queue_nums is not None and client_queue_nums > 0:
+                    n = min(client_queue_nums, n)
+                perm = template.perm & ~PERM_INHERIT
+        if not allowed:
+            how = (
+                "autoCreateTopicEnable=true"
+                if default_topic in (None, AUTO_CREATE_TOPIC_KEY)
+                else (f"an inheritable (perm 7) {default_topic}")
+            )
+            raise BrokerError(
+                "unknown_topic",
+                f"topic {topic!r} does not exist (create it with POST /v1/topics or mqadmin "
+                f"updateTopic, or set {how})",
+                404,
+            )
+        try:
+            cfg, _ = self.topics.create(topic, n, n, perm)
+        except MetadataError as exc:
+            raise BrokerError(exc.code, str(exc)) from None
+        self.register_now()  # routes name the new topic before the next round
         return cfg
 
     def topic_for_read(self, topic: str) -> TopicConfig:
@@ -359,6 +387,7 @@ class BrokerController:
         wait: bool | None = None,
         delay: bool = False,
         default_queue_nums: int | None = None,
+        default_topic: str | None = None,
     ) -> tuple[PutResult, int]:
         """Append a batch and wait as the role and flush type require; returns (result, queueId).
 
@@ -376,7 +405,7 @@ class BrokerController:
                 403,
                 masterAddress=self.master_http_address or None,
             )
-        cfg = self.topic_for_write(topic, default_queue_nums)
+        cfg = self.topic_for_write(topic, default_queue_nums, default_topic)
         if not cfg.writable:
             raise BrokerError(
                 "topic_not_writable", f"topic {topic!r} has perm={cfg.perm} (no write)", 403

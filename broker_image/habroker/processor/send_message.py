@@ -74,7 +74,8 @@ class SendHeader:
     reconsume_times: int
     max_reconsume_times: int | None
     batch: bool
-    default_topic_queue_nums: int | None  # an auto-created topic's queues (capped by TBW102)
+    default_topic: str | None  # the template of a topic created by this send (TBW102)
+    default_topic_queue_nums: int | None  # an auto-created topic's queues (capped by it)
 
     @classmethod
     def decode(cls, request: RemotingCommand) -> SendHeader:
@@ -94,6 +95,7 @@ class SendHeader:
             reconsume_times=h.int32("reconsumeTimes", 0),
             max_reconsume_times=h.opt_int32("maxReconsumeTimes"),
             batch=h.flag("batch") or request.code == RequestCode.SEND_BATCH_MESSAGE,
+            default_topic=h.opt_text("defaultTopic"),
             default_topic_queue_nums=h.opt_int32("defaultTopicQueueNums"),
         )
 
@@ -173,6 +175,7 @@ class SendMessageProcessor:
             wait=wait,
             delay=not header.batch,
             default_queue_nums=header.default_topic_queue_nums,
+            default_topic=header.default_topic or None,
         )
         if len(entries) > 1:
             msg_id = ",".join(

@@ -41,12 +41,14 @@ def route(peer: RawPeer, topic: str) -> dict[str, Any] | None:
     return {k: queues[k] for k in ("readQueueNums", "writeQueueNums", "perm")}
 
 
-def send_with(peer: RawPeer, topic: str, queue_nums: int) -> RemotingCommand:
-    """A SEND_MESSAGE_V2 naming defaultTopic TBW102 with ``queue_nums`` (header field d)."""
+def send_with(
+    peer: RawPeer, topic: str, queue_nums: int, default_topic: str = "TBW102"
+) -> RemotingCommand:
+    """A SEND_MESSAGE_V2 naming ``default_topic`` (header field c) with ``queue_nums`` (d)."""
     cmd = RemotingCommand.request(
         RequestCode.SEND_MESSAGE_V2,
-        {"a": "pg", "b": topic, "c": "TBW102", "d": queue_nums, "e": 0, "f": 0, "g": 1, "h": 0,
-         "i": "", "j": 0, "k": False, "m": False},
+        {"a": "pg", "b": topic, "c": default_topic, "d": queue_nums, "e": 0, "f": 0, "g": 1,
+         "h": 0, "i": "", "j": 0, "k": False, "m": False},
         b"x",
     )  # fmt: skip
     return peer.call(cmd)
@@ -76,6 +78,31 @@ def test_without_auto_create_there_is_no_tbw102_and_no_new_topic(tmp_path: Path)
         answer = send_with(client, "nobody", 4)
         assert answer.code == ResponseCode.TOPIC_NOT_EXIST, answer
         assert route(client, "nobody") is None
+    finally:
+        client.close()
+        broker.stop()
+
+
+def test_an_inheritable_template_topic_creates_topics_without_auto_create(tmp_path: Path) -> None:
+    """RocketMQ's rule: the send's defaultTopic is the template; TBW102 serves only while
+    autoCreateTopicEnable is on, any other topic with perm 7 (inherit) always does."""
+    broker = LocalBroker(tmp_path / "b", mappedFileSizeCommitLog=1 << 20)
+    broker.start()
+    client = RawPeer(broker.address)
+    try:
+        code, body = broker.request(
+            "POST", "/v1/topics",
+            {"topic": "TPL", "readQueueNums": 2, "writeQueueNums": 2, "perm": 7},
+        )  # fmt: skip
+        assert code in (200, 201), body
+        assert send_with(client, "from-tpl", 4, "TPL").code == ResponseCode.SUCCESS
+        assert route(client, "from-tpl") == {"readQueueNums": 2, "writeQueueNums": 2, "perm": 6}
+        code, body = broker.request("POST", "/v1/topics", {"topic": "PLAIN", "perm": 6})
+        assert code in (200, 201), body
+        for template in ("PLAIN", "missing", "TBW102"):
+            answer = send_with(client, f"from-{template}", 4, template)
+            assert answer.code == ResponseCode.TOPIC_NOT_EXIST, (template, answer)
+            assert route(client, f"from-{template}") is None
     finally:
         client.close()
         broker.stop()
