@@ -331,15 +331,13 @@ class BrokerController:
                     n = min(client_queue_nums, n)
                 perm = template.perm & ~PERM_INHERIT
         if not allowed:
-            how = (
-                "autoCreateTopicEnable=true"
-                if default_topic in (None, AUTO_CREATE_TOPIC_KEY)
-                else (f"an inheritable (perm 7) {default_topic}")
-            )
+            how = "set autoCreateTopicEnable=true"
+            if default_topic not in (None, AUTO_CREATE_TOPIC_KEY):
+                how = f"give {default_topic} perm 7 (inherit)"
             raise BrokerError(
                 "unknown_topic",
                 f"topic {topic!r} does not exist (create it with POST /v1/topics or mqadmin "
-                f"updateTopic, or set {how})",
+                f"updateTopic, or {how})",
                 404,
             )
         try:

@@ -326,8 +326,7 @@ class SubscriptionGroupManager(VersionedTable[SubscriptionGroupConfig]):
             return None
         if not GROUP_NAME.match(group):
             return None
-        log.info("subscription group %s auto-created", group)
-        return self.update(group, {})
+        return self.update(group, {})  # logs the new group
 
     def find(self, group: str | None) -> SubscriptionGroupConfig:
         """The group's config, or the defaults a group that was never configured gets."""
