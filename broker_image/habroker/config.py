@@ -158,6 +158,9 @@ class BrokerConfig:
     dLegerMinVoteIntervalMs: int = 300
     dLegerMaxVoteIntervalMs: int = 1000
     dLegerMaxWaitAckTimeMs: int = 2500
+    # habroker: APPENDs to habroker peers carry the data files' bytes (PUSH_RAW, 59104), not
+    # DLedger's JSON and base64; a Java peer refuses the code and is sent JSON from then on
+    dLegerRawPush: bool = True
     # consumers
     longPollingEnable: bool = True
     # reads from slaves

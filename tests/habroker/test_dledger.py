@@ -131,9 +131,9 @@ def read_all(peer: LocalBroker) -> list[bytes]:
 
 
 # -- elections and replication -------------------------------------------------------------------
-@pytest.mark.parametrize("peers", [3, 5])
-def test_peers_elect_one_leader_and_replicate_identical_entries(dledger_group, peers):
-    group = dledger_group(peers)
+@pytest.mark.parametrize(("peers", "push_form"), [(3, "raw"), (5, "raw"), (3, "json")])
+def test_peers_elect_one_leader_and_replicate_identical_entries(dledger_group, peers, push_form):
+    group = dledger_group(peers, dLegerRawPush=push_form == "raw")
     leader = group.leader()
     statuses = agreed_statuses(group)
     assert [s["role"] for s in statuses].count("LEADER") == 1, statuses
@@ -144,13 +144,15 @@ def test_peers_elect_one_leader_and_replicate_identical_entries(dledger_group, p
     ids = produce(leader, "a", 200)
     end = group.wait_converged()
     assert end == 199
+    forms = [p["pushForm"] for p in group.dledger_status(leader)["peers"] if not p["self"]]
+    assert forms == [push_form] * (peers - 1)
     group.stop()
     logs = [log_entries(p) for p in group.peers]
     assert all(log == logs[0] for log in logs), "every peer holds byte-identical entries"
     assert [body.decode() for *_, body in logs[0]] == ids
     print(
         f"{peers} peers: leader {leader.config['dLegerSelfId']} term {statuses[0]['term']}, "
-        f"{len(ids)} entries identical on all"
+        f"{len(ids)} entries identical on all, pushed as {push_form}"
     )
 
 

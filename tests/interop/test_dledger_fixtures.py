@@ -15,7 +15,7 @@ from typing import Any, cast
 import pytest
 from habroker.dledger.entry import decode as decode_entry
 from habroker.dledger.entry import entries_json, same_entry, to_json_dict
-from habroker.dledger.entry_pusher import EntryDispatcher, EntryHandler, PushPayload
+from habroker.dledger.entry_pusher import EntryDispatcher, EntryHandler, PusherConfig, PushPayload
 from habroker.dledger.leader_elector import DLedgerLeaderElector
 from habroker.dledger.member_state import MemberState, Role
 from habroker.dledger.protocol import (
@@ -309,6 +309,7 @@ def test_our_push_request(name: str) -> None:
     pusher = SimpleNamespace(
         state=SimpleNamespace(group=request["group"], self_id=request["localId"]),
         store=SimpleNamespace(committed_index=request["commitIndex"]),
+        config=PusherConfig(raw_push=False),  # as to a Java peer, after it refused PUSH_RAW
     )
     dispatcher = EntryDispatcher(cast(Any, pusher), request["remoteId"])
     dispatcher.term = request["term"]

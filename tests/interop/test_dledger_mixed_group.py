@@ -42,6 +42,9 @@ HABROKER_ID = "n2"
 FILE_SIZE = 64 * 1024 * 1024  # the Java brokers' data files (mappedFileSizeCommitLog)
 TOPIC = "DLedgerMixed"
 PUSH = 51004
+PUSH_RAW = 59104  # habroker's own APPEND; Java must refuse it so the leader falls back to JSON
+REQUEST_CODE_NOT_SUPPORTED = 3
+RAW_REFUSED = "PUSH_RAW refused with REQUEST_CODE_NOT_SUPPORTED"
 ENTRY_MAGIC = 1
 BLANK_MAGIC = 0xFFFFFFFF
 
@@ -246,10 +249,23 @@ def check_habroker_frames(exchanges: Sequence[Exchange]) -> set[str]:
     frames Java peers sent of the same kind: remoting code (the request's; 200 for answers),
     flag, JSON header with Java's fields (habroker's remoting always writes ``extFields``, Java
     leaves an empty one out), body in fastjson's form, and the same body fields as some Java
-    frame of that kind.  The kinds compared (both sides seen)."""
+    frame of that kind.  The kinds compared (both sides seen); :data:`RAW_REFUSED` among them
+    when habroker's PUSH_RAW reached a Java peer, which must have refused it (remoting code 3,
+    no body) for habroker to push JSON instead."""
     java: dict[tuple[str, bool], set[frozenset[str]]] = {}
     ours: dict[tuple[str, bool], list[Frame]] = {}
+    compared: set[str] = set()
     for exchange in exchanges:
+        if exchange.request.code == PUSH_RAW:
+            fields = exchange.request.header.get("extFields", {})
+            assert fields.get("localId") == HABROKER_ID, fields
+            answer = exchange.response
+            if answer is not None:
+                where = (answer.header, answer.body[:200])
+                assert answer.code == REQUEST_CODE_NOT_SUPPORTED, where
+                assert answer.is_response and not answer.body, where
+                compared.add(RAW_REFUSED)
+            continue
         sent = [(exchange.request, False)]
         if exchange.response is not None:
             sent.append((exchange.response, True))
@@ -262,7 +278,6 @@ def check_habroker_frames(exchanges: Sequence[Exchange]) -> set[str]:
             else:
                 java.setdefault(key, set()).add(frozenset(frame.body_json()))
     header_keys = {"code", "flag", "language", "opaque", "serializeTypeCurrentRPC", "version"}
-    compared: set[str] = set()
     for (kind, is_answer), frames in ours.items():
         for frame in frames:
             where = f"habroker {'answer to' if is_answer else 'request'} {kind}"
@@ -345,6 +360,7 @@ def test_two_java_peers_and_a_habroker_peer_replicate_fail_over_and_catch_up(
     peers = start_mixed_group(netns, extra, recorder.via)
 
     leader, term = wait_leader(peers, only=preferred)
+    first_leader = leader
     print(f"\nleader {leader} term {term}")
     create_topic(netns, leader)
     acked = produce(netns, "before", 6)
@@ -379,5 +395,7 @@ def test_two_java_peers_and_a_habroker_peer_replicate_fail_over_and_catch_up(
 
     compared = check_habroker_frames(recorder.exchanges())
     print(f"habroker's frames have Java's shape in {len(compared)} kinds: {sorted(compared)}")
+    if first_leader.self_id == HABROKER_ID:
+        assert RAW_REFUSED in compared, "the habroker leader's PUSH_RAW reached no Java peer"
     for peer in peers:  # no graceful shutdown needed
         peer.kill()

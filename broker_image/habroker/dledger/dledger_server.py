@@ -129,6 +129,7 @@ class DLedgerServer:
         rpc.register(DLedgerRequestCode.HEART_BEAT, self._checked(self.elector.handle_heartbeat))
         rpc.register(DLedgerRequestCode.VOTE, self._checked(self.elector.handle_vote))
         rpc.register(DLedgerRequestCode.PUSH, self._checked(self.pusher.handle_push), decode_push)
+        rpc.register_raw_push(self._checked(self.pusher.handle_push))
         rpc.register(DLedgerRequestCode.LEADERSHIP_TRANSFER, self._checked(self._transfer))
         rpc.register(DLedgerRequestCode.METADATA, self._metadata)
         for code in (DLedgerRequestCode.APPEND, DLedgerRequestCode.GET, DLedgerRequestCode.PULL):
@@ -433,8 +434,10 @@ class DLedgerServer:
                     else self.pusher.water_marks.get(st.term, peer)
                 )
                 lag: int | None = store.ledger_end_index - mark
+                dispatcher = self.pusher.dispatchers.get(peer)
+                form = None if dispatcher is None else "raw" if dispatcher.raw_push else "json"
             else:
-                mark, lag = -1, None
+                mark, lag, form = -1, None, None
             peers.append(
                 {
                     "id": peer,
@@ -443,6 +446,8 @@ class DLedgerServer:
                     "lagEntries": lag,
                     "self": peer == st.self_id,
                     "live": st.peers_live.get(peer) if peer != st.self_id else True,
+                    # how the leader pushes to it: PUSH_RAW, or DLedger's JSON (a Java peer)
+                    "pushForm": form,
                 }
             )
         return {

@@ -19,24 +19,27 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import msgspec
 
-from habroker.dledger.entry import DLedgerEntry, entries_raw, same_entry
+from habroker.dledger.entry import INDEX_UNIT_SIZE, DLedgerEntry, entries_raw, same_entry
 from habroker.dledger.entry import decode as decode_entry
 from habroker.dledger.member_state import MemberState
 from habroker.dledger.protocol import (
+    RAW_KEY,
     Body,
     DLedgerRequestCode,
     DLedgerResponseCode,
     PushType,
+    RawEntries,
     code_of,
     push_entries,
     push_request,
     push_span,
+    raw_push_header,
     term_of,
 )
 from habroker.dledger.rpc_service import DLedgerRpcService
@@ -61,8 +64,12 @@ class DLedgerStore(Protocol):
     def flushed_index(self) -> int: ...
     def get(self, index: int) -> DLedgerEntry | None: ...
     def raw_entries(self, first: int, max_count: int, max_bytes: int) -> list[memoryview]: ...
+    def raw_push_body(self, first: int, max_count: int, max_bytes: int) -> tuple[int, bytes]: ...
     def append_batch_as_follower(
         self, entries: Sequence[DLedgerEntry], leader_term: int, leader_id: str
+    ) -> None: ...
+    def append_raw_as_follower(
+        self, data: bytes, first: int, count: int, leader_term: int, leader_id: str
     ) -> None: ...
     def truncate(self, entry: DLedgerEntry, leader_term: int, leader_id: str) -> int: ...
     def update_committed_index(self, term: int, index: int) -> None: ...
@@ -76,6 +83,15 @@ class PusherConfig:
     max_batch_entries: int = 64
     max_batch_bytes: int = 1 << 20
     sync_flush: bool = False  # SYNC_FLUSH: a peer acknowledges only what it has flushed
+    #: APPENDs to habroker peers as the data files' bytes (PUSH_RAW), not DLedger's JSON
+    raw_push: bool = True
+
+
+#: the longest a loop waiting for work sleeps (one timer for all of them: an
+#: ``asyncio.timeout`` around each wait cost more than the work it waited for)
+TICK_S = 0.05
+#: a push not answered in this time is answered TIMEOUT (below the leader's 3 s RPC timeout)
+PUSH_WAIT_MS = 2500
 
 
 def _now_ms() -> float:
@@ -91,14 +107,15 @@ class PendingAppend:
 
 @dataclass(frozen=True)
 class PushPayload:
-    """The entries of an APPEND from ``first``: one decoded ``entry`` or a ``batch`` (their
-    JSON, built straight from the data files).  Built once per (term, first index) and sent to
-    every follower that needs those entries."""
+    """The entries of an APPEND from ``first``: for a PUSH_RAW their ``raw`` bytes, else one
+    decoded ``entry`` or a ``batch`` (their JSON, built straight from the data files).  Built
+    once per (term, first index, form) and sent to every follower that needs those entries."""
 
     count: int
     total_size: int
     entry: DLedgerEntry | None = None
     batch: msgspec.Raw | None = None
+    raw: bytes | None = None
 
     @classmethod
     def of(cls, raw: list[memoryview]) -> PushPayload:
@@ -172,13 +189,29 @@ class DLedgerEntryPusher:
         self._tasks: list[asyncio.Task[None]] = []
         self._dispatch_tasks: dict[str, asyncio.Task[None]] = {}
         self.last_quorum_index = -1
-        self._payloads: dict[tuple[int, int], PushPayload] = {}
+        self._payloads: dict[tuple[int, int, bool], PushPayload] = {}
 
     def start(self) -> None:
         for dispatcher in self.dispatchers.values():
             self._start_dispatcher(dispatcher)
         self._tasks.append(asyncio.create_task(self.handler.run(), name="entry-handler"))
         self._tasks.append(asyncio.create_task(self._quorum_ack_checker(), name="quorum-ack"))
+        self._tasks.append(asyncio.create_task(self._ticker(), name="dledger-tick"))
+
+    async def _ticker(self) -> None:
+        """Wakes the waiting loops every :data:`TICK_S` (dispatchers only while they append:
+        COMPARE retries keep their own pace) and answers pushes that waited too long."""
+        while True:
+            await asyncio.sleep(TICK_S)
+            try:
+                self.handler.expire(_now_ms() - PUSH_WAIT_MS)
+            except Exception:
+                log.exception("dledger %s: expiring pushes", self.state.self_id)
+            self.handler.wake.set()
+            self._ack_wake.set()
+            for dispatcher in self.dispatchers.values():
+                if dispatcher.type == PushType.APPEND:
+                    dispatcher.wake.set()
 
     def _start_dispatcher(self, dispatcher: EntryDispatcher) -> None:
         self._dispatch_tasks[dispatcher.peer] = asyncio.create_task(
@@ -213,19 +246,28 @@ class DLedgerEntryPusher:
         self._dispatch_tasks.clear()
         self.fail_pending(RC.TERM_CHANGED)
 
-    def push_payload(self, term: int, first: int) -> PushPayload | None:
+    def push_payload(self, term: int, first: int, raw: bool = False) -> PushPayload | None:
         """The APPEND payload from ``first`` (None: nothing there yet).  A leader's entries
         never change within its term, so followers at the same index share one payload (the
         base64 and JSON are the most expensive part of a push)."""
-        key = (term, first)
+        key = (term, first, raw)
         payload = self._payloads.get(key)
         if payload is not None:
             return payload
         cfg = self.config
-        raw = self.store.raw_entries(first, cfg.max_batch_entries, cfg.max_batch_bytes)
-        if not raw:
-            return None
-        payload = self._payloads[key] = PushPayload.of(raw)
+        if raw:
+            count, body = self.store.raw_push_body(
+                first, cfg.max_batch_entries, cfg.max_batch_bytes
+            )
+            if not count:
+                return None
+            size = len(body) - count * INDEX_UNIT_SIZE
+            payload = self._payloads[key] = PushPayload(count, size, raw=body)
+        else:
+            entries = self.store.raw_entries(first, cfg.max_batch_entries, cfg.max_batch_bytes)
+            if not entries:
+                return None
+            payload = self._payloads[key] = PushPayload.of(entries)
         # the oldest go (followers in step share the newest; one far behind builds its own):
         # at most 16 payloads of up to max_batch_bytes each are held
         while len(self._payloads) > 16:
@@ -331,11 +373,7 @@ class DLedgerEntryPusher:
                     self.last_quorum_index = quorum
                 elif self.pending:
                     self.fail_pending(RC.NOT_LEADER)
-                try:
-                    async with asyncio.timeout(0.05):
-                        await self._ack_wake.wait()
-                except TimeoutError:
-                    pass
+                await self._ack_wake.wait()  # or the next tick
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -368,6 +406,7 @@ class EntryDispatcher:
         self.inflight: dict[int, tuple[float, int]] = {}  # first index → (sent ms, count)
         self.last_commit_push = 0.0
         self.pushes = 0
+        self.raw_push = pusher.config.raw_push
 
     @property
     def water_mark(self) -> int:
@@ -380,6 +419,7 @@ class EntryDispatcher:
         if self.term != st.term or self.leader_id != st.leader_id:
             self.term = st.term
             self.leader_id = st.self_id
+            self.raw_push = self.pusher.config.raw_push  # a peer may have been replaced
             self._change(-1, PushType.COMPARE)
         return True
 
@@ -418,11 +458,12 @@ class EntryDispatcher:
                     else:
                         await self._compare()
                 self.wake.clear()
-                try:
-                    async with asyncio.timeout(0.05 if self.type == PushType.APPEND else 0.2):
-                        await self.wake.wait()
-                except TimeoutError:
-                    pass
+                if self.type == PushType.APPEND:
+                    await self.wake.wait()  # an answer, a new entry or the next tick
+                else:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(0.2):
+                            await self.wake.wait()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -452,7 +493,7 @@ class EntryDispatcher:
             if index < store.ledger_begin_index:
                 self._change(-1, PushType.COMPARE)
                 return
-            payload = self.pusher.push_payload(self.term, index)
+            payload = self.pusher.push_payload(self.term, index, self.raw_push)
             if payload is None:
                 return
             self._send_append(index, payload)
@@ -462,6 +503,23 @@ class EntryDispatcher:
             self._spawn(self._request(PushType.COMMIT, None), None)
 
     def _send_append(self, first: int, payload: PushPayload) -> None:
+        self.inflight[first] = (_now_ms(), payload.count)
+        self.last_commit_push = _now_ms()
+        self.pushes += 1
+        if payload.raw is not None:
+            st = self.pusher.state
+            fields = raw_push_header(
+                st.group,
+                local_id=st.self_id,
+                remote_id=self.peer,
+                term=self.term,
+                commit_index=self.pusher.store.committed_index,
+                first=first,
+                count=payload.count,
+            )
+            call = self.pusher.rpc.call_raw_push(self.peer, fields, payload.raw)
+            self._await(call, (first, payload.count), raw=True)
+            return
         if payload.entry is not None:  # one entry travels as ``entry``, as a Java leader sends it
             request = self._request(PushType.APPEND, payload.entry)
         else:
@@ -475,20 +533,20 @@ class EntryDispatcher:
                 lastEntryIndex=first + payload.count - 1,
                 totalSize=payload.total_size,
             )
-        self.inflight[first] = (_now_ms(), payload.count)
-        self.last_commit_push = _now_ms()
-        self.pushes += 1
         self._spawn(request, (first, payload.count))
 
     def _spawn(self, request: Body, span: tuple[int, int] | None) -> None:
+        self._await(self.pusher.rpc.call(self.peer, DLedgerRequestCode.PUSH, request), span)
+
+    def _await(
+        self, call: Coroutine[Any, Any, Body], span: tuple[int, int] | None, raw: bool = False
+    ) -> None:
         term = self.term
-        task = asyncio.ensure_future(
-            self.pusher.rpc.call(self.peer, DLedgerRequestCode.PUSH, request)
-        )
-        task.add_done_callback(lambda t: self._answered(t, term, span))
+        task = asyncio.ensure_future(call)
+        task.add_done_callback(lambda t: self._answered(t, term, span, raw))
 
     def _answered(
-        self, task: asyncio.Future[Body], term: int, span: tuple[int, int] | None
+        self, task: asyncio.Future[Body], term: int, span: tuple[int, int] | None, raw: bool
     ) -> None:
         if task.cancelled() or span is None:
             return
@@ -497,7 +555,18 @@ class EntryDispatcher:
             return
         code = code_of(reply)
         first, count = span
-        if code == RC.SUCCESS:
+        if code == RC.UNSUPPORTED and raw:
+            if self.raw_push:  # the first of the pushes in flight to say so
+                log.info(
+                    "dledger %s → %s: no raw pushes there (a Java peer); pushing DLedger's JSON",
+                    self.pusher.state.self_id,
+                    self.peer,
+                )
+                self.raw_push = False
+                self.inflight.clear()
+                self.write_index = self.water_mark + 1
+                self.wake.set()
+        elif code == RC.SUCCESS:
             self.inflight.pop(first, None)
             if self.pusher.water_marks.update(term, self.peer, first + count - 1):
                 self.pusher.wake_ack_checker()
@@ -600,6 +669,9 @@ class _Waiting:
     future: asyncio.Future[Body]
     since: float = field(default_factory=_now_ms)
     entries: list[DLedgerEntry] = field(default_factory=list)  # an APPEND's, decoded once
+    raw: RawEntries | None = None  # or a PUSH_RAW's bytes
+    first: int = -1  # an APPEND's first and last index
+    last: int = -1
 
 
 class EntryHandler:
@@ -633,12 +705,17 @@ class EntryHandler:
         waiting = _Waiting(request, fut)
         kind = request.get("type")
         if kind == PushType.APPEND:
-            waiting.entries = entries = push_entries(request)
-            if not entries:
-                return self._response(request, RC.UNEXPECTED_ARGUMENT)
-            if entries[0].index in self.write_requests:
+            waiting.raw = raw = request.get(RAW_KEY)
+            if raw is not None:
+                waiting.first, waiting.last = raw.first, raw.first + raw.count - 1
+            else:
+                waiting.entries = entries = push_entries(request)
+                if not entries:
+                    return self._response(request, RC.UNEXPECTED_ARGUMENT)
+                waiting.first, waiting.last = entries[0].index, entries[-1].index
+            if waiting.first in self.write_requests:
                 return self._response(request, RC.REPEATED_PUSH)
-            self.write_requests[entries[0].index] = waiting
+            self.write_requests[waiting.first] = waiting
         elif kind == PushType.COMMIT:
             self.control.append(waiting)
         elif kind in (PushType.COMPARE, PushType.TRUNCATE):
@@ -649,15 +726,19 @@ class EntryHandler:
         else:
             return self._response(request, RC.UNEXPECTED_ARGUMENT)
         self.wake.set()
-        try:
-            async with asyncio.timeout(2.5):  # below the remoting timeout, as DLedger's 1 s
-                return await fut
-        except TimeoutError:
-            if kind == PushType.APPEND:
-                index = waiting.entries[0].index
-                if self.write_requests.get(index) is waiting:
-                    del self.write_requests[index]
-            return self._response(request, RC.TIMEOUT)
+        return await fut  # answered by the handler, or TIMEOUT by :meth:`expire`
+
+    def expire(self, before_ms: float) -> None:
+        """Pushes waiting since before ``before_ms`` are answered TIMEOUT (a stuck handler
+        must not hold the leader's RPCs until they fail on its side)."""
+        for first, waiting in list(self.write_requests.items()):
+            if waiting.since < before_ms:
+                del self.write_requests[first]
+                if not waiting.future.done():
+                    waiting.future.set_result(self._response(waiting.request, RC.TIMEOUT))
+        for waiting in self.control:
+            if waiting.since < before_ms and not waiting.future.done():
+                waiting.future.set_result(self._response(waiting.request, RC.TIMEOUT))
 
     def _drop_appends(self, code: int) -> None:
         for waiting in self.write_requests.values():
@@ -687,11 +768,7 @@ class EntryHandler:
                 await asyncio.sleep(0.1)
             if not progressed:
                 self.wake.clear()
-                try:
-                    async with asyncio.timeout(0.05):
-                        await self.wake.wait()
-                except TimeoutError:
-                    pass
+                await self.wake.wait()  # a push or the next tick
 
     async def _work(self) -> bool:
         st = self.pusher.state
@@ -733,9 +810,16 @@ class EntryHandler:
         request = waiting.request
         try:
             self._check(request)
-            self.pusher.store.append_batch_as_follower(
-                waiting.entries, term_of(request), str(request.get("leaderId"))
-            )
+            leader = str(request.get("leaderId"))
+            if waiting.raw is not None:
+                raw = waiting.raw
+                self.pusher.store.append_raw_as_follower(
+                    raw.data, raw.first, raw.count, term_of(request), leader
+                )
+            else:
+                self.pusher.store.append_batch_as_follower(
+                    waiting.entries, term_of(request), leader
+                )
             return True
         except _Refused as exc:
             waiting.future.set_result(self._response(request, exc.code))
@@ -751,9 +835,8 @@ class EntryHandler:
         end = store.ledger_end_index
         now = _now_ms()
         for first, waiting in sorted(self.write_requests.items()):
-            entries = waiting.entries
-            last = entries[-1].index
-            if last <= end:
+            if waiting.last <= end:
+                entries = waiting.raw.entries() if waiting.raw is not None else waiting.entries
                 ok = all(same_entry(e, store.get(e.index)) for e in entries)
                 waiting.future.set_result(
                     self._response(waiting.request, RC.SUCCESS if ok else RC.INCONSISTENT_STATE)

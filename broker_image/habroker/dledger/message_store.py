@@ -74,6 +74,7 @@ def settings_from(config: BrokerConfig) -> DLedgerSettings:
         pusher=PusherConfig(
             max_wait_ack_ms=config.dLegerMaxWaitAckTimeMs,
             sync_flush=config.flushDiskType is FlushDiskType.SYNC_FLUSH,
+            raw_push=config.dLegerRawPush,
         ),
         preferred_leader_ids=config.preferred_leader_ids,
         flush_interval_ms=config.flushIntervalCommitLog,

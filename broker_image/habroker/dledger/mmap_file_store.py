@@ -60,6 +60,7 @@ EntryEncoder = Callable[[int, int, list[int]], list[bytes | memoryview]]
 _UNIT = struct.Struct(">iqiqq")  # an index unit: magic, pos, size, index, term
 _BLANK = struct.Struct(">ii")
 _ENTRY_HEAD = struct.Struct(">iiqqq")  # magic, size, index, term, pos
+_HEADER_WITH_LEN = struct.Struct(">iiqqqiiii")  # ... channel, chainCrc, bodyCrc, body length
 
 
 class DLedgerStoreError(StoreError):
@@ -401,6 +402,192 @@ class DLedgerMmapFileStore:
                 )
         self._lay_down(entries, None, assign=False)
 
+    def index_units(self, first: int, count: int) -> bytes:
+        """The index units of entries ``first`` .. ``first + count - 1`` (a raw push sends
+        them with the entries: the follower's are the same bytes)."""
+        out = bytearray()
+        offset = first * INDEX_UNIT_SIZE
+        end = offset + count * INDEX_UNIT_SIZE
+        while offset < end:
+            mf = self.index.find(offset)
+            if mf is None:
+                break
+            rel = offset - mf.file_from_offset
+            take = min(end - offset, mf.wrote_position - rel)
+            if take <= 0:
+                break
+            out += mf.view[rel : rel + take]
+            offset += take
+        if len(out) != count * INDEX_UNIT_SIZE:
+            raise DLedgerStoreError(
+                DLedgerResponseCode.DISK_ERROR, f"index units of entries {first}+{count} missing"
+            )
+        return bytes(out)
+
+    def raw_push_body(self, first: int, max_count: int, max_bytes: int) -> tuple[int, bytes]:
+        """A PUSH_RAW's body from ``first``: (how many entries, their index units then their
+        bytes); (0, b"") when there is nothing there.  Entries that lie in one data file are
+        one slice found by their first and last index units (headers checked against both);
+        otherwise they are walked as :meth:`raw_entries` walks them."""
+        last = min(self.ledger_end_index, first + max_count - 1)
+        if first > last or first < self.ledger_begin_index:
+            return 0, b""
+        count = last - first + 1
+        units = self.index_units(first, count)
+        _m0, pos0, _s0, _i0, _t0 = _UNIT.unpack_from(units, 0)
+        _m1, pos1, size1, _i1, _t1 = _UNIT.unpack_from(units, len(units) - INDEX_UNIT_SIZE)
+        mf = self.data.find(pos0)
+        if (
+            mf is not None
+            and pos1 + size1 - pos0 <= max_bytes
+            and pos0 <= pos1
+            and pos1 + size1 <= mf.file_from_offset + mf.wrote_position
+        ):
+            rel = pos0 - mf.file_from_offset
+            data = mf.view[rel : rel + pos1 + size1 - pos0]
+            if self._headers_match(units, data):
+                return count, units + data
+        walked = self.raw_entries(first, max_count, max_bytes)
+        units = units[: len(walked) * INDEX_UNIT_SIZE]
+        return len(walked), b"".join([units, *walked])
+
+    @staticmethod
+    def _headers_match(units: bytes | memoryview, entries: memoryview) -> bool:
+        """The first and last entries of ``entries`` are where, and what, their units say."""
+        magic0, pos0, size0, index0, term0 = _UNIT.unpack_from(units, 0)
+        magic1, pos1, size1, index1, term1 = _UNIT.unpack_from(units, len(units) - INDEX_UNIT_SIZE)
+        return (
+            magic0 == magic1 == CURRENT_MAGIC
+            and index1 - index0 == len(units) // INDEX_UNIT_SIZE - 1
+            and pos1 + size1 - pos0 == len(entries)
+            and size1 >= BODY_OFFSET
+            and _ENTRY_HEAD.unpack_from(entries, 0) == (magic0, size0, index0, term0, pos0)
+            and _ENTRY_HEAD.unpack_from(entries, pos1 - pos0)
+            == (magic1, size1, index1, term1, pos1)
+        )
+
+    def append_raw_as_follower(
+        self, data: bytes, first: int, count: int, leader_term: int, leader_id: str
+    ) -> None:
+        """A raw push: ``count`` index units, then the leader's entries as its data files hold
+        them.  Entries that lie in this log's current data file, back to back where the units
+        say, go down in two writes after the first and last entries are checked against their
+        units; otherwise (a data file ends among them, or anything disagrees) every entry is
+        walked and checked, and what was checked before a bad one is kept."""
+        index = self.ledger_end_index + 1
+        if first != index or count < 1:
+            raise DLedgerStoreError(
+                DLedgerResponseCode.INCONSISTENT_INDEX,
+                f"entries {first}+{count} pushed by {leader_id}, expected {index}",
+            )
+        view = memoryview(data)
+        units, entries = view[: count * INDEX_UNIT_SIZE], view[count * INDEX_UNIT_SIZE :]
+        if len(units) != count * INDEX_UNIT_SIZE:
+            raise DLedgerStoreError(
+                DLedgerResponseCode.UNEXPECTED_ARGUMENT,
+                f"raw push from {leader_id}: {count} entries need {count} index units",
+            )
+        mf = self.data.last_writable(0)
+        pos = mf.file_from_offset + mf.wrote_position
+        if self._raw_in_one_file(units, entries, pos, mf.file_end_offset, leader_term):
+            self._write_chunk(mf, entries)
+            self._append_index_units(first, units)
+            if self.ledger_begin_index == -1:
+                self.ledger_begin_index = first
+            self.ledger_end_index = first + count - 1
+            self.ledger_end_term = _UNIT.unpack_from(units, len(units) - INDEX_UNIT_SIZE)[4]
+            return
+        self._walk_raw(entries, first, count, leader_term, leader_id)
+
+    def _raw_in_one_file(
+        self, units: memoryview, entries: memoryview, pos: int, file_end: int, leader_term: int
+    ) -> bool:
+        """Whether a raw push's entries fit the current data file at ``pos``, their units
+        back to back from there, the first and last entry headers as their units say."""
+        first_term = _UNIT.unpack_from(units, 0)[4]
+        pos0 = _UNIT.unpack_from(units, 0)[1]
+        last_term = _UNIT.unpack_from(units, len(units) - INDEX_UNIT_SIZE)[4]
+        return (
+            pos0 == pos
+            and pos + len(entries) + MIN_BLANK_LEN <= file_end
+            and self.ledger_end_term <= first_term <= last_term <= leader_term
+            and self._headers_match(units, entries)
+        )
+
+    def _walk_raw(
+        self, view: memoryview, first: int, count: int, leader_term: int, leader_id: str
+    ) -> None:
+        """:meth:`append_raw_as_follower` entry by entry (past the end of a data file)."""
+        file_size = self.data.file_size
+        mf = self.data.last_writable(0)
+        rel = mf.wrote_position
+        start = at = 0
+        index = first
+        term = self.ledger_end_term
+        units = bytearray()
+        head = _HEADER_WITH_LEN.unpack_from
+        try:
+            while at < len(view):
+                if len(view) - at < BODY_OFFSET:
+                    raise DLedgerStoreError(
+                        DLedgerResponseCode.UNEXPECTED_ARGUMENT,
+                        f"raw push from {leader_id}: {len(view) - at} bytes after entry "
+                        f"{index - 1} are no entry",
+                    )
+                magic, size, e_index, e_term, e_pos, _c, _cc, _bc, body_len = head(view, at)
+                if (
+                    magic != CURRENT_MAGIC
+                    or size != BODY_OFFSET + body_len
+                    or at + size > len(view)
+                    or e_index != index
+                    or not term <= e_term <= leader_term
+                ):
+                    raise DLedgerStoreError(
+                        DLedgerResponseCode.INCONSISTENT_STATE,
+                        f"raw push from {leader_id}: entry at byte {at} says magic {magic}, "
+                        f"size {size}, index {e_index}, term {e_term}; expected entry {index} "
+                        f"of a term in [{term}, {leader_term}]",
+                    )
+                if size + MIN_BLANK_LEN > file_size:
+                    raise DLedgerStoreError(
+                        DLedgerResponseCode.DISK_ERROR,
+                        f"an entry of {size} bytes does not fit a data file of {file_size} bytes",
+                    )
+                if size + MIN_BLANK_LEN > file_size - rel:
+                    self._write_chunk(mf, view[start:at])
+                    start = at
+                    self._write_chunk(mf, _BLANK.pack(BLANK_MAGIC_CODE, file_size - rel))
+                    mf.wrote_position = file_size
+                    mf = self.data.last_writable(0)
+                    rel = 0
+                pos = mf.file_from_offset + rel
+                if e_pos != pos:
+                    raise DLedgerStoreError(
+                        DLedgerResponseCode.DISK_ERROR,
+                        f"entry {e_index} belongs at {e_pos} but would land at {pos}; "
+                        "do the peers share mappedFileSizeCommitLog?",
+                    )
+                units += _UNIT.pack(magic, pos, size, e_index, e_term)
+                rel += size
+                at += size
+                index += 1
+                term = e_term
+            if index - first != count:
+                raise DLedgerStoreError(
+                    DLedgerResponseCode.UNEXPECTED_ARGUMENT,
+                    f"raw push from {leader_id} says {count} entries from {first} and holds "
+                    f"{index - first}",
+                )
+        finally:
+            if at > start:
+                self._write_chunk(mf, view[start:at])
+            if index > first:
+                self._append_index_units(first, units)
+                if self.ledger_begin_index == -1:
+                    self.ledger_begin_index = first
+                self.ledger_end_index = index - 1
+                self.ledger_end_term = term
+
     def _lay_down(
         self, entries: Sequence[DLedgerEntry], hook: AppendHook | None, *, assign: bool
     ) -> None:
@@ -460,13 +647,13 @@ class DLedgerMmapFileStore:
                     self.ledger_begin_index = done[0].index
                 self._appended(done[-1])
 
-    def _write_chunk(self, mf: MappedFile, chunk: bytearray) -> None:
+    def _write_chunk(self, mf: MappedFile, chunk: bytes | bytearray | memoryview) -> None:
         if not mf.append(chunk):
             raise DLedgerStoreError(
                 DLedgerResponseCode.DISK_ERROR, f"{len(chunk)} bytes not written to {mf.path}"
             )
 
-    def _append_index_units(self, first: int, units: bytearray) -> None:
+    def _append_index_units(self, first: int, units: bytes | bytearray | memoryview) -> None:
         expected = first * INDEX_UNIT_SIZE
         if self.index.max_offset != expected:
             raise DLedgerStoreError(

@@ -15,10 +15,12 @@ from habroker.dledger.protocol import (
     DLedgerRequestCode,
     DLedgerResponseCode,
     decode,
+    decode_raw_push,
     encode,
 )
 from habroker.remoting.channel import Channel, RemotingError
 from habroker.remoting.client import RemotingClient
+from habroker.remoting.codes import ResponseCode
 from habroker.remoting.command import RemotingCommand
 from habroker.remoting.server import RemotingServer
 
@@ -45,9 +47,25 @@ class DLedgerRpcService:
         handler: Handler,
         decoder: Callable[[bytes | None], Body] = decode,
     ) -> None:
+        self._register(code, handler, lambda request: decoder(request.body_bytes))
+
+    def register_raw_push(self, handler: Handler) -> None:
+        """PUSH_RAW: the fields in extFields, the entries' bytes as the body."""
+        self._register(
+            DLedgerRequestCode.PUSH_RAW,
+            handler,
+            lambda request: decode_raw_push(request.ext_fields, request.body_bytes),
+        )
+
+    def _register(
+        self,
+        code: DLedgerRequestCode,
+        handler: Handler,
+        decoder: Callable[[RemotingCommand], Body],
+    ) -> None:
         async def process(request: RemotingCommand, _channel: Channel) -> RemotingCommand:
             try:
-                body = decoder(request.body_bytes)
+                body = decoder(request)
             except ValueError as exc:
                 log.warning("dledger %s: bad %s body: %s", self.self_id, code.name, exc)
                 reply: Body = {"code": int(DLedgerResponseCode.UNEXPECTED_ARGUMENT)}
@@ -75,11 +93,28 @@ class DLedgerRpcService:
         timeout: float = RPC_TIMEOUT_S,  # noqa: ASYNC109
     ) -> Body:
         """The peer's answer, or ``{"code": NETWORK_ERROR}`` when there is none in time."""
+        return await self._invoke(peer_id, code, None, encode(body), timeout)
+
+    async def call_raw_push(self, peer_id: str, fields: dict[str, str], entries: bytes) -> Body:
+        """A PUSH_RAW's answer; ``{"code": UNSUPPORTED}`` from a peer that does not know the
+        code (a Java peer answers REQUEST_CODE_NOT_SUPPORTED), NETWORK_ERROR as :meth:`call`."""
+        return await self._invoke(peer_id, DLedgerRequestCode.PUSH_RAW, fields, entries)
+
+    async def _invoke(
+        self,
+        peer_id: str,
+        code: DLedgerRequestCode,
+        fields: dict[str, str] | None,
+        body: bytes,
+        timeout: float = RPC_TIMEOUT_S,  # noqa: ASYNC109
+    ) -> Body:
         self.sent += 1
         try:
             answer = await self.client.invoke(
-                self.peers[peer_id], int(code), body=encode(body), timeout=timeout
+                self.peers[peer_id], int(code), fields, body, timeout=timeout
             )
+            if answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                return {"code": int(DLedgerResponseCode.UNSUPPORTED), "remoteId": peer_id}
             return decode(answer.body_bytes)
         except (RemotingError, TimeoutError, OSError, ValueError) as exc:
             self.failed += 1

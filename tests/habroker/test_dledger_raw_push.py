@@ -1,0 +1,204 @@
+"""PUSH_RAW, habroker's own APPEND between habroker peers: the leader's index units and entry
+bytes as its files hold them.  A follower fed raw pushes must end with the same data and
+index files as one fed DLedger's JSON pushes (what a Java follower gets), refuse pushes that
+do not fit its log, and a peer that does not know the code must make the leader fall back."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+from habroker.dledger.entry import INDEX_UNIT_SIZE
+from habroker.dledger.mmap_file_store import DLedgerMmapFileStore, DLedgerStoreError
+from habroker.dledger.protocol import (
+    RAW_KEY,
+    DLedgerResponseCode,
+    decode_raw_push,
+    push_entries,
+    push_span,
+    raw_push_header,
+)
+from habroker.dledger.rpc_service import DLedgerRpcService
+
+FILE = 4096
+RC = DLedgerResponseCode
+
+
+def open_store(root: Path, self_id: str, size: int = FILE) -> DLedgerMmapFileStore:
+    store = DLedgerMmapFileStore(root, self_id, data_file_size=size, index_file_size=32 * 64)
+    store.recover()
+    return store
+
+
+def leader_with(root: Path, sizes: list[int], term: int = 1) -> DLedgerMmapFileStore:
+    leader = open_store(root, "n0")
+    for i, size in enumerate(sizes):
+        leader.append_as_leader(bytes([i % 251]) * size, term)
+    return leader
+
+
+def files_of(root: Path, self_id: str, kind: str) -> dict[str, bytes]:
+    folder = root / f"dledger-{self_id}" / kind
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def push_all(leader: DLedgerMmapFileStore, follower: DLedgerMmapFileStore, batch: int) -> int:
+    """Raw pushes of everything the leader has, ``batch`` entries at most each; the count."""
+    pushes = 0
+    first = follower.ledger_end_index + 1
+    while first <= leader.ledger_end_index:
+        count, body = leader.raw_push_body(first, batch, 1 << 20)
+        assert count > 0
+        follower.append_raw_as_follower(body, first, count, 1, "n0")
+        first += count
+        pushes += 1
+    return pushes
+
+
+@pytest.mark.parametrize("batch", [1, 7, 64])
+def test_raw_pushes_leave_the_files_json_pushes_leave(tmp_path, batch):
+    # 30 entries of 148..248 bytes: the first data file ends with a blank, the batches cross it
+    sizes = [100 + (i * 37) % 101 for i in range(30)]
+    leader = leader_with(tmp_path / "l", sizes)
+    raw = open_store(tmp_path / "r", "n1")
+    pushes = push_all(leader, raw, batch)
+    json_fed = open_store(tmp_path / "j", "n2")
+    json_fed.append_batch_as_follower([leader.get(i) for i in range(30)], 1, "n0")  # type: ignore[misc]
+    for store in (leader, raw, json_fed):
+        store.close()
+    print(f"batch {batch}: {pushes} raw pushes for 30 entries")
+    assert len(files_of(tmp_path / "l", "n0", "data")) == 2, "the log spans two data files"
+    for kind in ("data", "index"):
+        expected = files_of(tmp_path / "l", "n0", kind)
+        assert files_of(tmp_path / "r", "n1", kind) == expected
+        assert files_of(tmp_path / "j", "n2", kind) == expected
+    again = open_store(tmp_path / "r", "n1")
+    assert (again.ledger_begin_index, again.ledger_end_index, again.ledger_end_term) == (0, 29, 1)
+    assert [again.get(i).body for i in range(30)] == [  # type: ignore[union-attr]
+        bytes([i]) * size for i, size in enumerate(sizes)
+    ]
+
+
+def test_a_raw_push_body_is_the_index_units_then_one_slice_of_the_data_file(tmp_path):
+    leader = leader_with(tmp_path, [100] * 5)
+    count, body = leader.raw_push_body(1, 3, 1 << 20)
+    assert count == 3
+    units = [struct.unpack_from(">iqiqq", body, i * INDEX_UNIT_SIZE) for i in range(3)]
+    assert [(u[3], u[1], u[2]) for u in units] == [(1, 148, 148), (2, 296, 148), (3, 444, 148)]
+    assert body[3 * INDEX_UNIT_SIZE :] == b"".join(
+        bytes(v) for v in leader.raw_entries(1, 3, 1 << 20)
+    )
+    assert leader.raw_push_body(5, 3, 1 << 20) == (0, b""), "nothing after the end"
+    assert leader.raw_push_body(0, 64, 200)[0] == 2, "max_bytes bounds the batch (about)"
+
+
+def raw_request(body: bytes, first: int, count: int) -> dict[str, object]:
+    fields = raw_push_header(
+        "g", local_id="n0", remote_id="n1", term=1, commit_index=-1, first=first, count=count
+    )
+    return decode_raw_push(fields, body)
+
+
+def test_a_raw_push_decodes_to_an_append_with_its_span_and_entries(tmp_path):
+    leader = leader_with(tmp_path, [10, 20, 30])
+    count, body = leader.raw_push_body(0, 64, 1 << 20)
+    request = raw_request(body, 0, count)
+    assert (request["type"], request["term"], request["leaderId"]) == ("APPEND", 1, "n0")
+    assert push_span(request) == (0, 3)
+    assert [e.body for e in push_entries(request)] == [b"\0" * 10, b"\1" * 20, b"\2" * 30]
+    assert request[RAW_KEY].first == 0
+    with pytest.raises(ValueError, match="term as a number"):
+        decode_raw_push({"firstEntryIndex": "0", "count": "1", "commitIndex": "0"}, body)
+    with pytest.raises(ValueError, match="at least one entry"):
+        decode_raw_push(
+            {"term": "1", "firstEntryIndex": "0", "count": "1", "commitIndex": "0"}, b""
+        )
+
+
+def test_a_raw_push_that_does_not_follow_the_log_is_refused_and_nothing_is_written(tmp_path):
+    leader = leader_with(tmp_path / "l", [100] * 6)
+    follower = open_store(tmp_path / "f", "n1")
+    count, body = leader.raw_push_body(2, 64, 1 << 20)
+    with pytest.raises(DLedgerStoreError, match="expected 0") as refused:
+        follower.append_raw_as_follower(body, 2, count, 1, "n0")
+    assert refused.value.code == RC.INCONSISTENT_INDEX
+    count, body = leader.raw_push_body(0, 64, 1 << 20)
+    with pytest.raises(DLedgerStoreError, match="of a term in"):  # entries of a later term
+        follower.append_raw_as_follower(body, 0, count, 0, "n0")
+    assert follower.ledger_end_index == -1
+    assert follower.data.max_offset == 0 and follower.index.max_offset == 0
+
+
+@pytest.mark.parametrize("spoiled_entry", [20, 22])
+def test_a_raw_push_with_a_bad_entry_keeps_the_entries_before_it(tmp_path, spoiled_entry):
+    # 30 entries of 148 bytes: 27 in the first data file, so a push of 20..29 is walked
+    leader = leader_with(tmp_path / "l", [100] * 30)
+    follower = open_store(tmp_path / "f", "n1")
+    push_all(leader, follower, 20)
+    assert follower.ledger_end_index == 29
+    follower.close()
+    follower = open_store(tmp_path / "g", "n1")
+    count, body = leader.raw_push_body(0, 20, 1 << 20)
+    follower.append_raw_as_follower(body, 0, count, 1, "n0")
+    count, body = leader.raw_push_body(20, 64, 1 << 20)
+    spoiled = bytearray(body)
+    at = count * INDEX_UNIT_SIZE + (spoiled_entry - 20) * 148
+    struct.pack_into(">q", spoiled, at + 8, 99)  # the entry says it is entry 99
+    with pytest.raises(DLedgerStoreError, match=f"expected entry {spoiled_entry}") as refused:
+        follower.append_raw_as_follower(bytes(spoiled), 20, count, 1, "n0")
+    assert refused.value.code == RC.INCONSISTENT_STATE
+    assert follower.ledger_end_index == spoiled_entry - 1
+    kept = range(spoiled_entry)
+    assert [follower.get(i) for i in kept] == [leader.get(i) for i in kept]
+    # the leader sends again from the follower's end: the rest goes down
+    push_all(leader, follower, 64)
+    assert [follower.get(i) for i in range(30)] == [leader.get(i) for i in range(30)]
+
+
+def test_a_raw_push_whose_count_disagrees_with_its_units_is_refused(tmp_path):
+    leader = leader_with(tmp_path / "l", [100] * 4)
+    follower = open_store(tmp_path / "f", "n1")
+    count, body = leader.raw_push_body(0, 64, 1 << 20)
+    with pytest.raises(DLedgerStoreError):
+        follower.append_raw_as_follower(body, 0, count + 1, 1, "n0")
+    assert follower.ledger_end_index == -1
+    # a unit too few: the units do not match the entries, so each entry is walked, counted
+    with pytest.raises(DLedgerStoreError, match="holds 4"):
+        follower.append_raw_as_follower(body[INDEX_UNIT_SIZE:], 0, count - 1, 1, "n0")
+    assert follower.ledger_end_index == 3, "the entries are the leader's: the walk kept them"
+    assert [follower.get(i) for i in range(4)] == [leader.get(i) for i in range(4)]
+
+
+async def test_a_peer_without_push_raw_answers_unsupported_and_one_with_it_appends(tmp_path):
+    """Our own RemotingServer stands for the peer here (a Java peer's answer to an unknown
+    code, REQUEST_CODE_NOT_SUPPORTED, is exercised by tests/interop/test_dledger_mixed_*)."""
+    leader = leader_with(tmp_path / "l", [50] * 3)
+    follower = open_store(tmp_path / "f", "n1")
+    peers = {"n0": "127.0.0.1:0", "n1": "127.0.0.1:0"}
+    server = DLedgerRpcService(dict(peers), "n1")
+    await server.server.start("127.0.0.1", 0)
+    peers["n1"] = f"127.0.0.1:{server.server._servers[0].sockets[0].getsockname()[1]}"
+    client = DLedgerRpcService(peers, "n0")
+    count, body = leader.raw_push_body(0, 64, 1 << 20)
+    fields = raw_push_header(
+        "g", local_id="n0", remote_id="n1", term=1, commit_index=-1, first=0, count=count
+    )
+    try:
+        answer = await client.call_raw_push("n1", fields, body)
+        assert answer["code"] == RC.UNSUPPORTED
+
+        async def handler(request: dict[str, object]) -> dict[str, object]:
+            raw = request[RAW_KEY]
+            follower.append_raw_as_follower(raw.data, raw.first, raw.count, 1, "n0")  # type: ignore[attr-defined]
+            return {"code": int(RC.SUCCESS), "index": raw.first, "count": raw.count}  # type: ignore[attr-defined]
+
+        server.register_raw_push(handler)
+        answer = await client.call_raw_push("n1", fields, body)
+        assert (answer["code"], answer["index"], answer["count"]) == (RC.SUCCESS, 0, 3)
+        assert [follower.get(i) for i in range(3)] == [leader.get(i) for i in range(3)]
+        bad = await client.call_raw_push("n1", {**fields, "term": "x"}, body)
+        assert bad["code"] == RC.UNEXPECTED_ARGUMENT
+    finally:
+        await client.stop()
+        await server.stop()
