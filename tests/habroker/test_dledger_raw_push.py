@@ -5,6 +5,7 @@ do not fit its log, and a peer that does not know the code must make the leader 
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from pathlib import Path
 
@@ -202,3 +203,45 @@ async def test_a_peer_without_push_raw_answers_unsupported_and_one_with_it_appen
     finally:
         await client.stop()
         await server.stop()
+
+
+def _follower_pusher(tmp_path: Path):  # type: ignore[no-untyped-def]
+    from habroker.config import parse_peers
+    from habroker.dledger.entry_pusher import DLedgerEntryPusher, PusherConfig
+    from habroker.dledger.member_state import MemberState
+
+    peers = "n0-127.0.0.1:1;n1-127.0.0.1:2;n2-127.0.0.1:3"
+    state = MemberState("g", "n1", parse_peers(peers, "n1"), tmp_path / "state")
+    state.term = 1
+    state.change_to_follower(1, "n0")
+    store = open_store(tmp_path / "f", "n1")
+    rpc = DLedgerRpcService(parse_peers(peers, "n1"), "n1")
+    return DLedgerEntryPusher(state, store, rpc, PusherConfig(), lambda _index: None), store
+
+
+async def test_a_push_the_follower_cannot_place_is_answered_and_the_next_one_appends(tmp_path):
+    """Without a timeout around each wait, pushes are still answered: one that leaves a gap
+    (INCONSISTENT_STATE after a second, so the leader compares), every waiting one when the
+    pusher stops (TIMEOUT), and the next in order is appended."""
+    leader = leader_with(tmp_path / "l", [40] * 8)
+    pusher, follower = _follower_pusher(tmp_path)
+    pusher.start()
+    try:
+        count, body = leader.raw_push_body(4, 64, 1 << 20)
+        gap = asyncio.ensure_future(pusher.handle_push(raw_request(body, 4, count)))
+        started = asyncio.get_running_loop().time()
+        answer = await asyncio.wait_for(gap, 5)
+        waited = asyncio.get_running_loop().time() - started
+        print(f"a push after a gap answered {RC.name_of(answer['code'])} after {waited:.2f} s")
+        assert answer["code"] == RC.INCONSISTENT_STATE and 0.9 < waited < 3
+        count, body = leader.raw_push_body(0, 64, 1 << 20)
+        answer = await asyncio.wait_for(pusher.handle_push(raw_request(body, 0, count)), 5)
+        assert (answer["code"], answer["index"], answer["count"]) == (RC.SUCCESS, 0, 8)
+        assert [follower.get(i) for i in range(8)] == [leader.get(i) for i in range(8)]
+        stuck = asyncio.ensure_future(pusher.handle_push(raw_request(body, 20, count)))
+        await asyncio.sleep(0.1)
+        assert not stuck.done()
+    finally:
+        await pusher.stop()
+    answer = await asyncio.wait_for(stuck, 1)
+    assert answer["code"] == RC.TIMEOUT, "a stopping pusher answers what still waits"

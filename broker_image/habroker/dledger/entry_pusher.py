@@ -245,6 +245,7 @@ class DLedgerEntryPusher:
         self._tasks.clear()
         self._dispatch_tasks.clear()
         self.fail_pending(RC.TERM_CHANGED)
+        self.handler.expire(float("inf"))  # no handler and no ticker any more: answer them
 
     def push_payload(self, term: int, first: int, raw: bool = False) -> PushPayload | None:
         """The APPEND payload from ``first`` (None: nothing there yet).  A leader's entries
