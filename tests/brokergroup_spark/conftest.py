@@ -201,12 +201,16 @@ def produce(
     first: int = 0,
     size: int = 50,
     chunk: int = 500,
+    queue_gap: float = 0.0,
 ) -> None:
-    """``per_queue`` messages into each queue (creating the topic), replicated to the slave."""
+    """``per_queue`` messages into each queue (creating the topic), replicated to the slave;
+    ``queue_gap`` seconds between queues (so that store times tell the queues apart)."""
     if first == 0:
         create_topic(group, topic, queues)
     with SyncMQProducer(group.master.address, send_timeout=30) as producer:
         for queue in range(queues):
+            if queue and queue_gap:
+                time.sleep(queue_gap)
             for start in range(first, first + per_queue, chunk):
                 stop = min(start + chunk, first + per_queue)
                 producer.send_batch(

@@ -181,13 +181,14 @@ def _first_at_or_after(stored, queue, ms):
 
 @pytest.fixture(scope="module")
 def timed(_sessions, group):
-    """A topic written in three rounds some 300 ms apart: store times tell them apart (once per
-    module, read with the local session: ``spark`` is per test)."""
+    """A topic written in three rounds some 300 ms apart, queue 1 some 20 ms after queue 0 in
+    each: store times tell them apart (a round can take less than a millisecond). Once per
+    module, read with the local session: ``spark`` is per test."""
     spark = _sessions.get("local", LOCAL_MASTER)
     for i, first in enumerate((0, 10, 20)):
         if i:
             time.sleep(0.3)
-        produce(group, "timed", queues=2, per_queue=10, first=first)
+        produce(group, "timed", queues=2, per_queue=10, first=first, queue_gap=0.02)
     return _stored(spark, group, "timed")
 
 
