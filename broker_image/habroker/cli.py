@@ -649,11 +649,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument(
         "--event-loop",
-        default="asyncio",
+        default="auto",
         choices=["asyncio", "uvloop", "auto"],
-        help="asyncio's event loop: the standard library's (default) or uvloop (libuv; "
-        "pip install uvloop); auto takes uvloop when it is installed. bench/event_loop.py "
-        "compares them; uvloop is not the default until a benchmark shows it faster",
+        help="asyncio's event loop: uvloop (libuv, a dependency of habroker) or the standard "
+        "library's; auto (default) takes uvloop when it is installed, else asyncio. "
+        "bench/event_loop.py compares them",
     )
     p.set_defaults(func=cmd_serve)
 

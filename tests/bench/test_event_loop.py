@@ -15,7 +15,7 @@ pytestmark = pytest.mark.timeout(180)
 
 
 def test_a_sync_group_on_uvloop_takes_remoting_produce_and_replicates(tmp_path: Path) -> None:
-    # uvloop is a dev dependency (pyproject's dev extra): missing, this fails rather than skips
+    # uvloop is a dependency of habroker (pyproject): missing, this fails rather than skips
     assert event_loop.unavailable() is None, event_loop.unavailable()
     settings = common.Settings.quick_mode(scratch=tmp_path)
     with event_loop.group(tmp_path / "g", "uvloop", "SYNC", 1) as group:

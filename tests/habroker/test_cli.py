@@ -265,3 +265,11 @@ def test_acl_enabled_without_a_file_does_not_start(broker_factory, tmp_path):
         srv.start(timeout=15)
     log = srv.log_path.read_text()
     assert "configuration error: cannot read the ACL file" in log and "Traceback" not in log, log
+
+
+def test_a_broker_started_without_event_loop_runs_on_uvloop(srv):
+    """uvloop is a dependency and ``--event-loop auto`` the default (bench/event_loop.py):
+    a broker started as users start it says which loop it took, and serves on it."""
+    res = run("status", "--http", srv.http_address)
+    assert res.returncode == 0, res.stderr
+    assert "event loop: uvloop" in srv.log_path.read_text()
