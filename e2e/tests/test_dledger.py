@@ -235,7 +235,8 @@ def test_restart_annotation_rolls_followers_first_and_transfers_leadership(group
     out = g.c.client(
         g.ns, g.client, "read", "--broker", f"{obj['status']['podIP']}:10913", "--topic", topic
     )
-    missing = [b for b in acked if b not in set(out["bodies"])]
+    stored = set(out["bodies"])
+    missing = [b for b in acked if b not in stored]
     transferred = events(g, "LeadershipTransferred")
     rolled = events(g, "RollingRestart")
     transfers = [e["message"] for e in transferred]
@@ -287,7 +288,8 @@ def test_resize_three_to_five_to_three_under_load(group: Group) -> None:
         out = g.c.client(
             g.ns, g.client, "read", "--broker", f"{obj['status']['podIP']}:10913", "--topic", topic
         )
-        missing = [b for b in acked if b not in set(out["bodies"])]
+        stored = set(out["bodies"])
+        missing = [b for b in acked if b not in stored]
         pause = max((s for _, s in result["gaps"]), default=0.0)
         report.append(
             f"to {size}: {took:.0f}s, acknowledged={len(acked)} "
