@@ -245,3 +245,85 @@ async def test_a_push_the_follower_cannot_place_is_answered_and_the_next_one_app
         await pusher.stop()
     answer = await asyncio.wait_for(stuck, 1)
     assert answer["code"] == RC.TIMEOUT, "a stopping pusher answers what still waits"
+
+
+async def test_a_leader_refused_as_repeated_compares_and_the_follower_catches_up(tmp_path):
+    """A stand-in for a Java 4.9.7 follower's EntryHandler (scripted, not habroker's handler):
+    it keeps the first APPEND of an index it cannot place yet and answers it only after the
+    leader stopped waiting, refuses every resend of that index as REPEATED_PUSH, and drops
+    what it holds on COMPARE or TRUNCATE (DLedger 0.2's writeRequestMap). The real case, a
+    push that reaches a wiped Java follower before it follows, is
+    tests/interop/test_dledger_mixed_retention.py, where it depended on timing."""
+    from habroker.config import parse_peers
+    from habroker.dledger.entry_pusher import DLedgerEntryPusher, PusherConfig
+    from habroker.dledger.member_state import MemberState
+    from habroker.dledger.protocol import DLedgerRequestCode, PushType
+
+    leader_store = leader_with(tmp_path / "l", [40] * 5)
+    seen: list[str] = []
+    got: set[int] = set()
+    peers = {"n0": "127.0.0.1:0", "n1": "127.0.0.1:0"}
+    follower = DLedgerRpcService(dict(peers), "n1")
+
+    following_at = asyncio.get_running_loop().time() + 0.3
+    held: dict[int, asyncio.Future[None]] = {}
+
+    async def scripted(request: dict[str, object]) -> dict[str, object]:
+        kind = str(request["type"])
+        base = {"group": "g", "term": 1, "remoteId": "n0", "localId": "n1", "leaderId": "n0"}
+        if kind == PushType.APPEND:
+            index = min(e.index for e in push_entries(request))
+            seen.append(f"APPEND {index}")
+            if index in held:  # a stale push of this index waits here
+                return {**base, "code": int(RC.REPEATED_PUSH), "index": index}
+            following = asyncio.get_running_loop().time() >= following_at
+            if following and index == max(got, default=-1) + 1:
+                got.update(e.index for e in push_entries(request))
+                return {**base, "code": int(RC.SUCCESS), "index": index}
+            wait: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            held[index] = wait
+            await wait  # answered only when dropped, long after the leader gave up
+            return {**base, "code": int(RC.INCONSISTENT_STATE), "index": index}
+        seen.append(kind)
+        for wait in held.values():
+            if not wait.done():
+                wait.set_result(None)
+        held.clear()
+        if kind == PushType.COMPARE:
+            return {**base, "code": int(RC.INCONSISTENT_STATE), "beginIndex": -1, "endIndex": -1}
+        if kind == PushType.TRUNCATE:
+            got.add(int(request["entry"]["index"]))  # type: ignore[index]
+        return {**base, "code": int(RC.SUCCESS), "index": -1}
+
+    follower.register(DLedgerRequestCode.PUSH, scripted)
+    await follower.server.start("127.0.0.1", 0)
+    peers["n1"] = f"127.0.0.1:{follower.server._servers[0].sockets[0].getsockname()[1]}"
+    state = MemberState(
+        "g",
+        "n0",
+        parse_peers(";".join(f"{k}-{v}" for k, v in peers.items()), "n0"),
+        tmp_path / "state",
+    )
+    state.term = 1
+    state.change_to_leader(1)
+    rpc = DLedgerRpcService(dict(peers), "n0")
+    pusher = DLedgerEntryPusher(
+        state, leader_store, rpc, PusherConfig(raw_push=False, max_batch_entries=1), lambda _i: None
+    )
+    dispatcher = pusher.dispatchers["n1"]
+    # the follower first answers the COMPARE as empty, and the leader appends from entry 0
+    dispatcher.term, dispatcher.leader_id = 1, "n0"
+    dispatcher._change(-1, PushType.APPEND)
+    pusher.start()
+    try:
+        async with asyncio.timeout(10):
+            while dispatcher.water_mark < 4:  # noqa: ASYNC110 - no event tells a water mark
+                await asyncio.sleep(0.05)
+    finally:
+        await pusher.stop()
+        await rpc.stop()
+        await follower.stop()
+    print(f"follower saw: {seen[:8]}")
+    assert got == {0, 1, 2, 3, 4}
+    assert "APPEND 0" in seen and PushType.COMPARE in seen, seen
+    assert seen.index(PushType.COMPARE) > seen.index("APPEND 0")

@@ -581,6 +581,20 @@ class EntryDispatcher:
             )
             self._change(-1, PushType.COMPARE)
             self.wake.set()
+        elif code == RC.REPEATED_PUSH and first == self.water_mark + 1:
+            # The follower still holds an earlier push of the first entry it lacks, one nobody
+            # waits for any more: a Java follower keeps a push that came while it was not yet
+            # following (or ahead of its log) until that index is next, answers it only after
+            # our RPC timeout, and refuses every resend as repeated. COMPARE clears its pushes.
+            log.info(
+                "dledger %s → %s: APPEND %d refused as repeated (a stale push waits there); "
+                "comparing",
+                self.pusher.state.self_id,
+                self.peer,
+                first,
+            )
+            self._change(-1, PushType.COMPARE)
+            self.wake.set()
 
     # -- COMPARE / TRUNCATE ---------------------------------------------------------------------
     async def _compare(self) -> None:
