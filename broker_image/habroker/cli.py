@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from habroker import __version__
 from habroker.config import BrokerConfig, ConfigError
 from habroker.remoting.acl import AclError, SessionCredentials
+from habroker.store import native
 from habroker.store.errors import StoreError
 
 if TYPE_CHECKING:
@@ -68,7 +69,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     loop_factory = event_loop_factory(args.event_loop)
     logging.getLogger("habroker").info(
-        "event loop: %s", "asyncio" if loop_factory is None else "uvloop"
+        "event loop: %s; record codec: %s",
+        "asyncio" if loop_factory is None else "uvloop",
+        native.describe(),
     )
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         return runner.run(_serve(config))

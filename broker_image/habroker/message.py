@@ -15,10 +15,20 @@ import ipaddress
 import socket
 import struct
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from habroker.compression import CompressionType, compression_of, decompress
+
+body_crc32: Callable[[bytes | bytearray | memoryview], int] = zlib.crc32
+"""CRC-32 of a body (java.util.zip.CRC32's polynomial): ISA-L's where installed (a dependency
+of habroker), ~6x zlib's speed on a 1 KiB body."""
+try:
+    from isal import isal_zlib
+
+    body_crc32 = isal_zlib.crc32
+except ImportError:  # pragma: no cover - isal has wheels for every platform habroker runs on
+    pass
 
 # -- constants (spec §1.3, §1.4, §1.8, §6) ------------------------------------------------------
 MAGIC_V1 = -626843481  # 0xDAA320A7: topic length is one signed byte
@@ -109,7 +119,7 @@ def record_length(
 
 def body_crc(body: bytes | bytearray | memoryview) -> int:
     """java.util.zip.CRC32 masked to a non-negative int32 (spec §1.5)."""
-    return zlib.crc32(body) & 0x7FFFFFFF
+    return body_crc32(body) & 0x7FFFFFFF
 
 
 # -- properties (spec §1.6) ---------------------------------------------------------------------
@@ -573,7 +583,7 @@ def parse_record(
     if body_len > 0:
         if p + body_len > pos + total:
             return total if p + body_len <= n else -1
-        if check_crc and zlib.crc32(buf[p : p + body_len]) & 0x7FFFFFFF != crc:
+        if check_crc and body_crc32(buf[p : p + body_len]) & 0x7FFFFFFF != crc:
             return -1
         p += body_len
     end = pos + total

@@ -8,10 +8,19 @@ responses carry commit-log records verbatim (spec §1.1); :mod:`habroker.message
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from habroker.store import native
 from habroker.store.values import BatchEntry
+
+_split_batch: (
+    Callable[
+        [bytes | memoryview, int, type[BatchEntry]],
+        tuple[list[BatchEntry] | None, tuple[str, int | None] | None],
+    ]
+    | None
+) = native.codec.split_batch if native.codec is not None else None
 
 BATCH_CONTENT_TYPE = "application/vnd.rocketmq.batch"
 RECORDS_CONTENT_TYPE = "application/vnd.rocketmq.records"
@@ -97,7 +106,20 @@ def decode_batch(data: bytes | memoryview, *, max_entries: int = 4096) -> list[B
 
     Bodies stay views into ``data``: the store copies them once, into the commit log. The
     entries are the store's own :class:`BatchEntry`, so the server hands them on as they are.
+    The compiled record codec does the split where it was built; :func:`decode_batch_py` is
+    the same in Python.
     """
+    if _split_batch is None:
+        return decode_batch_py(data, max_entries=max_entries)
+    entries, error = _split_batch(data, max_entries, BatchEntry)
+    if entries is None:
+        assert error is not None
+        raise BadBatch(*error)
+    return entries
+
+
+def decode_batch_py(data: bytes | memoryview, *, max_entries: int = 4096) -> list[BatchEntry]:
+    """:func:`decode_batch` in pure Python (the fallback, and the reference in tests)."""
     view = memoryview(data)
     end = len(view)
     pos = 0

@@ -110,16 +110,17 @@ PY
   python3 -m pip wheel -q -w "$WHEELS" "${REPO_ROOT}[operator]"
 }
 
-# build_one DOCKERFILE IMAGE
+# build_one DOCKERFILE IMAGE PACKAGE (PACKAGE: the project's wheel from fetch_wheels, built on
+# this host where a C compiler is, so the image gets the compiled record codec)
 build_one() {
-  local dockerfile=$1 image tar
+  local dockerfile=$1 image tar package=$3
   image="$(qualify "$2")"
   tar="$IMG_DIR/$(basename "$(dirname "$dockerfile")").tar"
   [[ -f $REPO_ROOT/$dockerfile ]] || die "$dockerfile not found"
   log "building $image from $dockerfile"
   podman_ build --network none --layers -f "$REPO_ROOT/$dockerfile" \
     --build-arg "BASE_IMAGE=$BASE_IMAGE_LOCAL" \
-    --build-arg "PIP_INSTALL_OPTS=--no-index --find-links=/wheels" \
+    --build-arg "PIP_INSTALL_OPTS=--no-index --find-links=/wheels" --build-arg "PACKAGE=$package" \
     -v "$WHEELS:/wheels:ro" -t "$image" "$REPO_ROOT" >"$IMG_DIR/$(basename "$tar" .tar).build.log" 2>&1 ||
     { tail -30 "$IMG_DIR/$(basename "$tar" .tar).build.log" >&2; die "building $image failed"; }
   rm -f "$tar"
@@ -130,8 +131,8 @@ build_images() {
   need podman
   mkdir -p "$IMG_DIR"
   fetch_wheels
-  build_one broker_image/Dockerfile "$BROKER_IMAGE"
-  build_one operator/Dockerfile "$OPERATOR_IMAGE"
+  build_one broker_image/Dockerfile "$BROKER_IMAGE" brokergroup
+  build_one operator/Dockerfile "$OPERATOR_IMAGE" "brokergroup[operator]"
 }
 
 import_all() {

@@ -204,6 +204,16 @@ def test_user_path(
             acked = {f"m-{i}" for i in res["acked"]}
             # a healthy SYNC group acknowledges everything (PUT_OK: on the master and a slave)
             assert acked == bodies(0, MESSAGES), res["notAcked"]
+            # the broker image runs the lean path: uvloop and the compiled record codec
+            started = [
+                line
+                for line in c.kubectl("-n", ns, "logs", master).splitlines()
+                if "event loop:" in line
+            ]
+            tl.say(f"[user-path]   {started[-1] if started else 'no start line in the log'}")
+            assert started and started[-1].endswith(
+                "event loop: uvloop; record codec: compiled (Cython)"
+            ), started
 
         with tl.step("the real RocketMQ Java client through the namesrv Service"):
             from e2e.javaclient import NODE_NAMESPACE, node_namespace, round_trip

@@ -29,7 +29,7 @@ from habroker.dledger.message_store import _patch_physical_offset
 from habroker.dledger.mmap_file_store import DLedgerMmapFileStore, DLedgerStoreError
 from habroker.dledger.protocol import encode
 from habroker.message import encode_record, parse_record
-from habroker.store.commit_log import encode_records
+from habroker.store.commit_log import encode_records_py as encode_records
 from habroker.store.values import BatchEntry
 
 FILE = 4096

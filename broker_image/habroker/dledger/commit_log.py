@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import struct
-import zlib
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -20,10 +19,11 @@ from collections.abc import Callable, Sequence
 from habroker.dledger.entry import BODY_OFFSET, CURRENT_MAGIC, HEADER_FORMAT
 from habroker.dledger.mmap_file_store import BLANK_MAGIC_CODE as BLANK
 from habroker.dledger.mmap_file_store import MIN_BLANK_LEN, DLedgerMmapFileStore
-from habroker.message import DELAY_LEVELS_MS, MAGIC_V1, DispatchTuple, parse_record
+from habroker.message import DELAY_LEVELS_MS, MAGIC_V1, DispatchTuple, body_crc32
 from habroker.store.commit_log import CommitLog
 from habroker.store.dispatcher import ReputMessageService
 from habroker.store.errors import StoreNotWritable
+from habroker.store.native import parse_record
 from habroker.store.values import BatchEntry, SelectedRegion
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def encode_entries(
     encoded in one pass with no object per entry; :data:`PARTS_PER_ENTRY` buffers each."""
     pack = _ENTRY_RECORD_HEADERS[len(shared)].pack
     i16 = _I16.pack
-    crc32 = zlib.crc32
+    crc32 = body_crc32
     parts: list[bytes | memoryview] = []
     append = parts.append
     queue_offset = first_queue_offset

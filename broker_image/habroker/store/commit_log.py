@@ -11,8 +11,7 @@ import logging
 import os
 import shutil
 import struct
-import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from habroker.message import (
@@ -20,8 +19,10 @@ from habroker.message import (
     END_FILE_MIN_BLANK_LENGTH,
     MAGIC_V1,
     MAGIC_V2,
+    body_crc32,
     check_record,
 )
+from habroker.store import native
 from habroker.store.errors import StoreNotWritable
 from habroker.store.mapped_file import MappedFile
 from habroker.store.mapped_file_queue import MappedFileQueue
@@ -37,7 +38,7 @@ _STORE_TS = struct.Struct(">q")
 _HEADERS = {n: struct.Struct(f">iiiiiqq{n}si") for n in (48, 60, 72)}
 
 
-def encode_records(
+def encode_records_py(
     topic_tail: bytes,
     queue_id: int,
     entries: Sequence[BatchEntry],
@@ -47,11 +48,12 @@ def encode_records(
     phys: int,
 ) -> tuple[list[bytes | memoryview], int]:
     """A batch's records (spec §1.1) as buffers to write back to back from ``phys``, and the
-    offset after them.  See :meth:`CommitLog.put_batch` for the arguments."""
+    offset after them.  See :meth:`CommitLog.put_batch` for the arguments. The compiled record
+    codec's ``encode_records`` (one buffer) replaces this where it was built."""
     header = _HEADERS[len(shared)]
     pack = header.pack
     i16 = _I16.pack
-    crc32 = zlib.crc32
+    crc32 = body_crc32
     parts: list[bytes | memoryview] = []
     append = parts.append
     queue_offset = first_queue_offset
@@ -78,6 +80,12 @@ def encode_records(
         phys += size
         queue_offset += 1
     return parts, phys
+
+
+encode_records: Callable[
+    [bytes, int, Sequence[BatchEntry], int, bytes, int, int],
+    tuple[list[bytes | memoryview], int],
+] = native.codec.encode_records if native.codec is not None else encode_records_py
 
 
 class CommitLog:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
-from habroker.message import DELAY_LEVELS_MS, DispatchTuple, parse_record
+from habroker.message import DELAY_LEVELS_MS, DispatchTuple
 from habroker.store.commit_log import CommitLog
+from habroker.store.native import parse_record
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,25 @@
+from collections.abc import Callable, Sequence
+
+from habroker.message import DispatchTuple
+from habroker.store.values import BatchEntry
+
+def split_batch(
+    data: bytes | memoryview,
+    max_entries: int,
+    entry_type: Callable[[int, memoryview, bytes], BatchEntry],
+) -> tuple[list[BatchEntry] | None, tuple[str, int | None] | None]: ...
+def encode_records(
+    topic_tail: bytes,
+    queue_id: int,
+    entries: Sequence[BatchEntry],
+    first_queue_offset: int,
+    shared: bytes,
+    record_base: int,
+    phys: int,
+) -> tuple[list[bytes | memoryview], int]: ...
+def parse_record(
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    check_crc: bool,
+    delay_levels: Sequence[int] = ...,
+) -> DispatchTuple | int: ...

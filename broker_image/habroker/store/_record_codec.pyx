@@ -1,0 +1,249 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The master's per-message loops, compiled: a produce batch split into entries and the
+entries laid out as commit-log records.
+
+Same results as the pure-Python :func:`habroker.wire.split_batch_py` and
+:func:`habroker.store.commit_log.encode_records_py` (tests/habroker/test_record_codec.py holds
+them side by side); those stay the fallback where this module was not built. Measured in
+bench/analysis.md ("compiled record codec").
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from libc.stdint cimport int64_t, uint8_t, uint32_t
+from libc.string cimport memcpy
+from habroker.message import body_crc32 as crc32
+
+# ENTRY: totalSize, magic, bodyCRC, flag, bodyLength (5 x int32), body, propertiesLength (int16)
+cdef enum:
+    ENTRY_HEAD = 20
+    ENTRY_OVERHEAD = 22
+    RECORD_FIXED_HEAD = 36  # TOTALSIZE .. PHYSICALOFFSET
+
+
+cdef inline int _i32(const uint8_t* p) noexcept nogil:
+    return <int>((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3])
+
+
+cdef inline int _i16(const uint8_t* p) noexcept nogil:
+    return <short>((p[0] << 8) | p[1])
+
+
+cdef inline void _put32(uint8_t* p, uint32_t v) noexcept nogil:
+    p[0] = v >> 24
+    p[1] = v >> 16
+    p[2] = v >> 8
+    p[3] = v
+
+
+cdef inline void _put64(uint8_t* p, int64_t v) noexcept nogil:
+    _put32(p, <uint32_t>(<unsigned long long>v >> 32))
+    _put32(p + 4, <uint32_t>v)
+
+
+def split_batch(data, Py_ssize_t max_entries, entry_type):
+    """``(entries, None)``, or ``(None, (message, index))`` for the first bad entry: the
+    caller raises its own error type (this module knows none of the faces)."""
+    cdef const uint8_t[::1] buf = memoryview(data).cast("B")
+    view = memoryview(data)
+    cdef Py_ssize_t end = buf.shape[0]
+    cdef Py_ssize_t pos = 0, body_start, props_at
+    cdef int total, flag, body_len, props_len
+    cdef list out = []
+    cdef const uint8_t* base
+    if end == 0:
+        return None, ("empty batch: at least one message is required", None)
+    base = &buf[0]
+    while pos < end:
+        if end - pos < ENTRY_OVERHEAD:
+            return None, (f"truncated entry header ({end - pos} bytes left)", len(out))
+        total = _i32(base + pos)
+        flag = _i32(base + pos + 12)
+        body_len = _i32(base + pos + 16)
+        if body_len < 0 or total < ENTRY_OVERHEAD + body_len:
+            return None, (f"bad lengths (totalSize={total}, bodyLength={body_len})", len(out))
+        if total > end - pos:
+            return None, (f"totalSize={total} runs past the end of the request", len(out))
+        body_start = pos + ENTRY_HEAD
+        props_at = body_start + body_len
+        props_len = _i16(base + props_at)
+        if props_len < 0 or total != ENTRY_OVERHEAD + body_len + props_len:
+            return None, (
+                f"totalSize={total} does not match bodyLength={body_len} + "
+                f"propertiesLength={props_len}",
+                len(out),
+            )
+        props = (
+            PyBytes_FromStringAndSize(<const char*>(base + props_at + 2), props_len)
+            if props_len
+            else b""
+        )
+        out.append(entry_type(flag, view[body_start:props_at], props))
+        pos += total
+        if len(out) > max_entries:
+            return None, (f"more than {max_entries} messages in one request", max_entries)
+    return out, None
+
+
+def encode_records(
+    bytes topic_tail,
+    int queue_id,
+    entries,
+    int64_t first_queue_offset,
+    bytes shared,
+    Py_ssize_t record_base,
+    int64_t phys,
+):
+    """The batch's records in one buffer, and the offset after them."""
+    cdef Py_ssize_t n_tail = len(topic_tail), n_shared = len(shared)
+    cdef Py_ssize_t total = 0, size, at = 0, body_len, props_len
+    cdef const uint8_t[::1] body
+    cdef const uint8_t[::1] props
+    cdef int64_t queue_offset = first_queue_offset
+    cdef uint32_t crc
+    for entry in entries:
+        total += record_base + len(entry.body) + len(entry.properties)
+    out = PyBytes_FromStringAndSize(NULL, total)
+    cdef uint8_t* p = <uint8_t*>PyBytes_AS_STRING(out)
+    cdef const char* tail = PyBytes_AS_STRING(topic_tail)
+    cdef const char* block = PyBytes_AS_STRING(shared)
+    for entry in entries:
+        body_obj = entry.body
+        props_obj = entry.properties
+        body = body_obj
+        props = props_obj
+        body_len = body.shape[0]
+        props_len = props.shape[0]
+        size = record_base + body_len + props_len
+        crc = <uint32_t>crc32(body_obj) & 0x7FFFFFFF
+        _put32(p + at, <uint32_t>size)
+        _put32(p + at + 4, 0xDAA320A7)  # MAGIC_V1
+        _put32(p + at + 8, crc)
+        _put32(p + at + 12, <uint32_t>queue_id)
+        _put32(p + at + 16, <uint32_t><int>entry.flag)
+        _put64(p + at + 20, queue_offset)
+        _put64(p + at + 28, phys)
+        memcpy(p + at + RECORD_FIXED_HEAD, block, n_shared)
+        at += RECORD_FIXED_HEAD + n_shared
+        _put32(p + at, <uint32_t>body_len)
+        at += 4
+        if body_len:
+            memcpy(p + at, &body[0], body_len)
+        at += body_len
+        memcpy(p + at, tail, n_tail)
+        at += n_tail
+        p[at] = <uint8_t>(props_len >> 8)
+        p[at + 1] = <uint8_t>props_len
+        at += 2
+        if props_len:
+            memcpy(p + at, &props[0], props_len)
+        at += props_len
+        phys += size
+        queue_offset += 1
+    if at != total:
+        raise ValueError(f"records laid out {at} bytes, planned {total}")
+    return [out], phys
+
+
+# -- dispatch: a record's DispatchRequest fields (habroker.message.parse_record) -----------------
+from habroker.message import (
+    DELAY_LEVELS_MS as _DELAY_LEVELS_MS,
+    _topic_cache,
+    unit_tags_code as _unit_tags_code,
+)
+
+cdef enum:
+    MIN_RECORD_SIZE = 91
+    BORNHOST_V6_FLAG = 0x10
+    STOREHOSTADDRESS_V6_FLAG = 0x20
+
+cdef int MAGIC_V1 = <int>0xDAA320A7
+cdef int MAGIC_V2 = <int>0xDAA320AB
+cdef int BLANK_MAGIC = <int>0xCBD43194
+
+
+cdef inline int64_t _i64(const uint8_t* p) noexcept nogil:
+    return <int64_t>((<unsigned long long><uint32_t>_i32(p) << 32) | <uint32_t>_i32(p + 4))
+
+
+def parse_record(buf, Py_ssize_t pos, bint check_crc, delay_levels=_DELAY_LEVELS_MS):
+    """:func:`habroker.message.parse_record`, compiled: the same tuple or the same size outcome
+    (0 BLANK, -1 failure, TOTALSIZE on a length mismatch) for every input."""
+    cdef const uint8_t[::1] view = buf
+    cdef Py_ssize_t n = view.shape[0]
+    cdef Py_ssize_t left = n - pos
+    cdef const uint8_t* b
+    cdef int total, magic, crc, queue_id, sys_flag, body_len, tl, topic_len, props_len
+    cdef int64_t queue_offset, phys, store_ts
+    cdef Py_ssize_t p, q, end, tail_len
+    if pos < 0 or left < 8:
+        return -1
+    b = &view[0]
+    total = _i32(b + pos)
+    magic = _i32(b + pos + 4)
+    if magic == MAGIC_V1:
+        tl = 1
+    elif magic == BLANK_MAGIC:
+        return 0
+    elif magic == MAGIC_V2:
+        tl = 2
+    else:
+        return -1
+    if total < MIN_RECORD_SIZE or total > left:
+        return -1
+    crc = _i32(b + pos + 8)
+    queue_id = _i32(b + pos + 12)
+    queue_offset = _i64(b + pos + 20)
+    phys = _i64(b + pos + 28)
+    sys_flag = _i32(b + pos + 36)
+    if sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG):
+        p = pos + (68 if sys_flag & BORNHOST_V6_FLAG else 56)
+        if p + 8 > n:
+            return -1
+        store_ts = _i64(b + p)
+        p += 40 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 28
+        if p + 4 > n:
+            return -1
+        body_len = _i32(b + p)
+        p += 4
+    else:
+        store_ts = _i64(b + pos + 56)
+        body_len = _i32(b + pos + 84)
+        p = pos + 88
+    if body_len > 0:
+        if p + body_len > pos + total:
+            return total if p + body_len <= n else -1
+        if check_crc and (crc32(memoryview(buf)[p : p + body_len]) & 0x7FFFFFFF) != crc:
+            return -1
+        p += body_len
+    end = pos + total
+    if p + tl + 2 > end:
+        return total if p + tl + 2 <= n else -1
+    tail_len = end - p
+    if tl == 1:
+        topic_len = b[p]
+        if topic_len > 127:
+            return -1  # a negative signed byte: Java fails reading it
+    else:
+        topic_len = (b[p] << 8) | b[p + 1]
+        if topic_len > 32767:
+            return -1
+    q = tl + topic_len
+    if q + 2 > tail_len:
+        return total
+    props_len = (b[p + q] << 8) | b[p + q + 1]
+    if props_len > 32767:
+        props_len -= 65536
+    if q + 2 + (props_len if props_len > 0 else 0) != tail_len:
+        return total
+    raw_topic = PyBytes_FromStringAndSize(<const char*>(b + p + tl), topic_len)
+    topic = _topic_cache.get(raw_topic)
+    if topic is None:
+        topic = raw_topic.decode("utf-8", "replace")
+        if len(_topic_cache) > 10_000:
+            _topic_cache.clear()
+        _topic_cache[raw_topic] = topic
+    code = 0
+    if props_len > 0:
+        props = PyBytes_FromStringAndSize(<const char*>(b + p + q + 2), props_len)
+        code = _unit_tags_code(topic, props, store_ts, delay_levels)
+    return (topic, queue_id, phys, total, code, store_ts, queue_offset, sys_flag)

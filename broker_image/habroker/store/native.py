@@ -1,0 +1,45 @@
+"""The compiled record codec (``_record_codec``, Cython), when it was built and not switched off:
+a produce batch split into entries, entries laid out as records, records parsed for dispatch.
+
+Built by ``pip install`` where a C compiler is present; without one the install goes on and the
+same loops run in Python. ``HABROKER_PURE_PYTHON=1`` in the environment chooses the Python
+loops even where the codec was built (to compare them, or to rule the codec out).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from types import ModuleType
+
+from habroker import message
+
+PURE_PYTHON_ENV = "HABROKER_PURE_PYTHON"
+
+
+def _load() -> ModuleType | None:
+    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
+        return None
+    try:
+        from habroker.store import _record_codec
+    except ImportError:
+        return None
+    return _record_codec
+
+
+codec: ModuleType | None = _load()
+"""The compiled module, or None where the Python loops run."""
+
+parse_record: Callable[
+    [bytes | bytearray | memoryview, int, bool, Sequence[int]], message.DispatchTuple | int
+] = codec.parse_record if codec is not None else message.parse_record
+"""The dispatcher's record parse (:func:`habroker.message.parse_record`), compiled where built."""
+
+
+def describe() -> str:
+    """What a broker logs at start."""
+    if codec is not None:
+        return "compiled (Cython)"
+    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
+        return f"pure Python ({PURE_PYTHON_ENV} is set)"
+    return "pure Python (the compiled codec was not built here)"

@@ -1,0 +1,272 @@
+"""The compiled record codec against the Python loops it replaces: the same entries, the same
+records byte for byte, the same refusals (message and entry index)."""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+
+import pytest
+from habroker.message import (
+    MAGIC_V1,
+    MAGIC_V2,
+    SCHEDULE_TOPIC,
+    body_crc32,
+    encode_record,
+    parse_record,
+)
+from habroker.store import native
+from habroker.store.commit_log import encode_records_py
+from habroker.store.values import BatchEntry
+from habroker.wire import BadBatch, decode_batch_py, encode_batch, encode_entry
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+codec = native.codec
+
+
+def test_the_compiled_codec_is_built() -> None:
+    if codec is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the compiled record codec was not built: {native.describe()}")
+        pytest.skip(f"record codec: {native.describe()}; the Python loops run")
+    assert native.describe() == "compiled (Cython)"
+
+
+needs_codec = pytest.mark.skipif(codec is None, reason="the compiled record codec is not built")
+
+_entries = st.lists(
+    st.tuples(
+        st.integers(-(2**31), 2**31 - 1),
+        st.binary(max_size=300),
+        st.binary(max_size=40),
+    ),
+    min_size=1,
+    max_size=20,
+)
+
+
+def _raw(entries: list[tuple[int, bytes, bytes]]) -> bytes:
+    return b"".join(encode_entry(body, props, flag) for flag, body, props in entries)
+
+
+def _plain(entries: list[BatchEntry]) -> list[tuple[int, bytes, bytes]]:
+    return [(e.flag, bytes(e.body), e.properties) for e in entries]
+
+
+@needs_codec
+@settings(max_examples=200, deadline=None)
+@given(_entries)
+def test_split_batch_finds_the_entries_the_python_loop_finds(
+    entries: list[tuple[int, bytes, bytes]],
+) -> None:
+    assert codec is not None
+    raw = _raw(entries)
+    split, error = codec.split_batch(raw, 4096, BatchEntry)
+    assert error is None and split is not None
+    assert _plain(split) == _plain(decode_batch_py(raw)) == entries
+    # bodies are views into the request, not copies
+    assert all(isinstance(e.body, memoryview) for e in split)
+
+
+@needs_codec
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=120), st.integers(1, 5))
+def test_split_batch_refuses_what_the_python_loop_refuses(data: bytes, max_entries: int) -> None:
+    assert codec is not None
+    try:
+        expected: object = _plain(decode_batch_py(data, max_entries=max_entries))
+    except BadBatch as exc:
+        expected = (str(exc), exc.index)
+    split, error = codec.split_batch(data, max_entries, BatchEntry)
+    if error is not None:
+        got: object = (str(BadBatch(*error)), BadBatch(*error).index)
+    else:
+        assert split is not None
+        got = _plain(split)
+    assert got == expected
+
+
+@needs_codec
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        (b"", "empty batch"),
+        (b"\x00\x00", "entry 0: truncated entry header"),
+        (encode_entry(b"abc")[:-1], "runs past the end"),
+        (struct.pack(">iiiii", 30, 0, 0, 0, -1) + b"\x00" * 10, "bad lengths"),
+        (encode_entry(b"abc") + encode_entry(b"x")[:10], "entry 1: truncated"),
+        (encode_batch([b"x"] * 5), "entry 4: more than 4 messages"),
+    ],
+)
+def test_split_batch_names_the_bad_entry(data: bytes, fragment: str) -> None:
+    assert codec is not None
+    split, error = codec.split_batch(data, 4, BatchEntry)
+    assert split is None and error is not None
+    assert fragment in str(BadBatch(*error))
+
+
+@needs_codec
+@settings(max_examples=200, deadline=None)
+@given(
+    _entries,
+    st.sampled_from([48, 60, 72]),
+    st.integers(0, 2**40),
+    st.integers(0, 2**40),
+    st.integers(0, 2**31 - 1),
+)
+def test_encode_records_lays_down_the_python_loops_bytes(
+    entries: list[tuple[int, bytes, bytes]],
+    shared_len: int,
+    first_queue_offset: int,
+    phys: int,
+    queue_id: int,
+) -> None:
+    assert codec is not None
+    batch = [BatchEntry(flag, memoryview(body), props) for flag, body, props in entries]
+    topic_tail = b"\x07TopicAB"
+    shared = bytes(range(shared_len))
+    record_base = 36 + shared_len + 4 + len(topic_tail) + 2
+    parts, end = codec.encode_records(
+        topic_tail, queue_id, batch, first_queue_offset, shared, record_base, phys
+    )
+    parts_py, end_py = encode_records_py(
+        topic_tail, queue_id, batch, first_queue_offset, shared, record_base, phys
+    )
+    assert end == end_py
+    assert b"".join(bytes(p) for p in parts) == b"".join(bytes(p) for p in parts_py)
+
+
+@needs_codec
+def test_encoded_records_parse_back() -> None:
+    """Independent of the Python encoder: habroker's record reader finds each message."""
+    assert codec is not None
+    bodies = [b"a" * 10, b"", b"xyz" * 100]
+    batch = [
+        BatchEntry(i, memoryview(b), b"TAGS\x01t\x02" if i else b"") for i, b in enumerate(bodies)
+    ]
+    # SYSFLAG, BORNTIMESTAMP, BORNHOST, STORETIMESTAMP, STOREHOST, RECONSUMETIMES, PREPARED...
+    shared = struct.pack(">iq8sq8siq", 0, 1, bytes(8), 2, bytes(8), 0, 0)
+    topic_tail = b"\x01T"
+    record_base = 36 + len(shared) + 4 + len(topic_tail) + 2
+    (buf,), end = codec.encode_records(topic_tail, 3, batch, 40, shared, record_base, 1000)
+    assert end == 1000 + len(buf)
+    pos = 0
+    for i, body in enumerate(bodies):
+        size, _magic, crc, queue_id, flag, queue_offset, phys = struct.unpack_from(
+            ">iiiiiqq", buf, pos
+        )
+        assert (crc, queue_id, flag, queue_offset, phys) == (
+            body_crc32(body) & 0x7FFFFFFF,
+            3,
+            i,
+            40 + i,
+            1000 + pos,
+        )
+        parsed = parse_record(bytes(buf), pos, False)
+        assert isinstance(parsed, tuple) and parsed[0] == "T" and parsed[1] == 3
+        pos += size
+    assert pos == len(buf)
+
+
+def test_pure_python_switch_turns_the_codec_off() -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from habroker.store import native; from habroker import wire;"
+            "print(native.codec is None, wire._split_batch is None, native.describe())",
+        ],
+        env={**os.environ, native.PURE_PYTHON_ENV: "1"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == f"True True pure Python ({native.PURE_PYTHON_ENV} is set)"
+
+
+# -- dispatch parse -------------------------------------------------------------------------------
+
+_hosts = st.sampled_from([("127.0.0.1", 10911), ("10.1.2.3", 1), ("::1", 10911), ("fe80::2", 7)])
+_props = st.one_of(
+    st.just(b""),
+    st.builds(
+        lambda tags, keys, extra: (
+            (f"TAGS\x01{tags}\x02" if tags else "") + f"KEYS\x01{keys}\x02" + extra
+        ).encode(),
+        st.text(
+            st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)),
+            max_size=8,
+        ),
+        st.text("abc", min_size=1, max_size=4),
+        st.sampled_from(["", "DELAY\x013\x02", "UNIQ_KEY\x01AB\x02", "TAGS\x01x\x02"]),
+    ),
+)
+
+
+@st.composite
+def _records(draw: st.DrawFn) -> bytes:
+    magic = draw(st.sampled_from([MAGIC_V1, MAGIC_V2]))
+    topic = draw(st.sampled_from(["T", "TopicTest", SCHEDULE_TOPIC, "主题"]))
+    return encode_record(
+        topic=topic,
+        queue_id=draw(st.integers(0, 2**31 - 1)),
+        body=draw(st.binary(max_size=200)),
+        properties=draw(_props),
+        flag=draw(st.integers(-(2**31), 2**31 - 1)),
+        queue_offset=draw(st.integers(0, 2**62)),
+        commit_log_offset=draw(st.integers(0, 2**62)),
+        sys_flag=draw(st.sampled_from([0, 1, 2, 8])),
+        store_timestamp=draw(st.integers(0, 2**45)),
+        born_host=draw(_hosts),
+        store_host=draw(_hosts),
+        magic=magic,
+    )
+
+
+@needs_codec
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(_records(), min_size=1, max_size=4),
+    st.integers(0, 40),
+    st.booleans(),
+    st.data(),
+)
+def test_parse_record_reads_what_the_python_parse_reads(
+    records: list[bytes], lead: int, check_crc: bool, data: st.DataObject
+) -> None:
+    """Valid records, then the same log damaged: a flipped byte, a cut, a BLANK, garbage."""
+    assert codec is not None
+    log = bytes(lead) + b"".join(records)
+    damaged = bytearray(log)
+    at = data.draw(st.integers(0, len(damaged) - 1))
+    damaged[at] ^= data.draw(st.integers(1, 255))
+    cut = log[: data.draw(st.integers(0, len(log)))]
+    blank = log[:lead] + struct.pack(">ii", 8, -875286124) + bytes(20)
+    for buf in (log, bytes(damaged), cut, blank, bytearray(log), memoryview(log)):
+        for pos in {lead, at, max(0, len(buf) - 8), 0}:
+            expected = parse_record(buf, pos, check_crc)
+            assert codec.parse_record(buf, pos, check_crc) == expected, (pos, expected)
+
+
+@needs_codec
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200), st.integers(0, 200))
+def test_parse_record_refuses_what_the_python_parse_refuses(data: bytes, pos: int) -> None:
+    assert codec is not None
+    assert codec.parse_record(data, pos, True) == parse_record(data, pos, True)
+
+
+@needs_codec
+def test_parse_record_turns_a_delay_into_the_delivery_time() -> None:
+    assert codec is not None
+    record = encode_record(
+        topic=SCHEDULE_TOPIC, queue_id=2, body=b"x", properties=b"DELAY\x013\x02TAGS\x01a\x02",
+        store_timestamp=1_000,
+    )  # fmt: skip
+    levels = [100, 200, 300, 400]
+    expected = parse_record(record, 0, False, levels)
+    assert codec.parse_record(record, 0, False, levels) == expected
+    assert isinstance(expected, tuple) and expected[4] == 1_000 + 300
