@@ -7,8 +7,11 @@ import os
 import struct
 import subprocess
 import sys
+from collections.abc import Callable
 
 import pytest
+from habroker.client import Producer
+from habroker.local import LocalBroker
 from habroker.message import (
     MAGIC_V1,
     MAGIC_V2,
@@ -270,3 +273,18 @@ def test_parse_record_turns_a_delay_into_the_delivery_time() -> None:
     expected = parse_record(record, 0, False, levels)
     assert codec.parse_record(record, 0, False, levels) == expected
     assert isinstance(expected, tuple) and expected[4] == 1_000 + 300
+
+
+def test_a_broker_told_to_run_pure_python_says_so_and_serves(
+    broker_factory: Callable[..., LocalBroker], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The switch is not a ``HABROKER_*`` name: those are configuration keys, and an unknown
+    one stops a broker at start."""
+    monkeypatch.setenv(native.PURE_PYTHON_ENV, "1")
+    broker = broker_factory(autoCreateTopicEnable=True)
+    with Producer(broker.http_address) as producer:
+        sent = producer.send_batch("codec", [b"a", b"bc", b"def"], queue_id=0)
+    assert sent.status == "PUT_OK"
+    assert f"record codec: pure Python ({native.PURE_PYTHON_ENV} is set)" in (
+        broker.log_path.read_text()
+    )

@@ -2,8 +2,9 @@
 a produce batch split into entries, entries laid out as records, records parsed for dispatch.
 
 Built by ``pip install`` where a C compiler is present; without one the install goes on and the
-same loops run in Python. ``HABROKER_PURE_PYTHON=1`` in the environment chooses the Python
-loops even where the codec was built (to compare them, or to rule the codec out).
+same loops run in Python. ``BROKERGROUP_PURE_PYTHON=1`` in the environment chooses the Python
+loops even where the codec was built (to compare them, or to rule the codec out); not
+``HABROKER_*``, which names configuration keys.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from types import ModuleType
 
 from habroker import message
 
-PURE_PYTHON_ENV = "HABROKER_PURE_PYTHON"
+PURE_PYTHON_ENV = "BROKERGROUP_PURE_PYTHON"
 
 
 def _load() -> ModuleType | None:
