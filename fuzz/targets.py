@@ -19,7 +19,14 @@ from habroker.dledger import entry as dledger_entry
 from habroker.dledger import protocol as dledger_protocol
 from habroker.ha import handshake as ha_handshake
 from habroker.ha import protocol as ha_protocol
-from habroker.message import MAGIC_V2, decode_record, decode_records, encode_record
+from habroker.message import (
+    DELAY_LEVELS_MS,
+    MAGIC_V2,
+    decode_record,
+    decode_records,
+    encode_record,
+    parse_record,
+)
 from habroker.remoting.command import (
     BadFrame,
     FrameDecoder,
@@ -27,6 +34,7 @@ from habroker.remoting.command import (
     SerializeType,
     decode_frame,
 )
+from habroker.store import native
 
 
 @dataclass(frozen=True)
@@ -39,10 +47,19 @@ class Target:
 
 # -- wire: the SEND_BATCH_MESSAGE body ---------------------------------------------------------
 def fuzz_batch(data: bytes) -> None:
+    """The split the broker runs (compiled where built) answers as the Python one does."""
+    try:
+        expected: object = [
+            (e.flag, bytes(e.body), e.properties) for e in wire.decode_batch_py(data)
+        ]
+    except wire.BadBatch as exc:
+        expected = (str(exc), exc.index)
     try:
         entries = wire.decode_batch(data)
-    except wire.BadBatch:
+    except wire.BadBatch as exc:
+        assert (str(exc), exc.index) == expected
         return
+    assert [(e.flag, bytes(e.body), e.properties) for e in entries] == expected
     assert entries and sum(
         wire.ENTRY_OVERHEAD + len(e.body) + len(e.properties) for e in entries
     ) == len(data)
@@ -100,6 +117,11 @@ def seeds_remoting_stream() -> list[bytes]:
 
 # -- the commit-log record (store files, pull responses) ---------------------------------------
 def fuzz_record(data: bytes) -> None:
+    # the dispatcher's parse (compiled where built) answers as the Python one does
+    for pos in (0, 1, len(data) // 2):
+        assert native.parse_record(data, pos, True, DELAY_LEVELS_MS) == parse_record(
+            data, pos, True, DELAY_LEVELS_MS
+        )
     with contextlib.suppress(ValueError):
         decode_record(data, check_crc=True)
     try:

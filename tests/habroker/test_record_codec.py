@@ -288,3 +288,36 @@ def test_a_broker_told_to_run_pure_python_says_so_and_serves(
     assert f"record codec: pure Python ({native.PURE_PYTHON_ENV} is set)" in (
         broker.log_path.read_text()
     )
+
+
+@needs_codec
+@pytest.mark.parametrize("length", [2**31 - 1, 2**31 - 22, 2**31 - 23, 2**31 - 40])
+def test_lengths_near_two_to_the_31_do_not_wrap(length: int) -> None:
+    """Regression: 32-bit sums of a length read from the wire wrapped and read past the
+    buffer (a segfault the fuzz campaign found in split_batch)."""
+    assert codec is not None
+    entry = struct.pack(">iiiii", 30, 0, 0, 0, length) + bytes(10)
+    split, error = codec.split_batch(entry, 4096, BatchEntry)
+    assert split is None and error is not None
+    assert (str(BadBatch(*error)), BadBatch(*error).index) == _refusal(entry)
+    record = bytearray(encode_record(topic="T", queue_id=0, body=b"x" * 40))
+    for at in (0, 84):  # TOTALSIZE, BODYLENGTH
+        spoiled = bytearray(record)
+        struct.pack_into(">i", spoiled, at, length)
+        assert codec.parse_record(bytes(spoiled), 0, True) == parse_record(bytes(spoiled), 0, True)
+
+
+def _refusal(data: bytes) -> tuple[str, int | None]:
+    try:
+        decode_batch_py(data)
+    except BadBatch as exc:
+        return str(exc), exc.index
+    raise AssertionError("the Python split accepted it")
+
+
+@needs_codec
+def test_encode_records_refuses_a_record_base_that_does_not_match_its_blocks() -> None:
+    assert codec is not None
+    batch = [BatchEntry(0, memoryview(b"x" * 100), b"")]
+    with pytest.raises(ValueError, match="record_base 60 does not match"):
+        codec.encode_records(b"\x01T", 0, batch, 0, bytes(48), 60, 0)

@@ -47,7 +47,9 @@ def split_batch(data, Py_ssize_t max_entries, entry_type):
     view = memoryview(data)
     cdef Py_ssize_t end = buf.shape[0]
     cdef Py_ssize_t pos = 0, body_start, props_at
-    cdef int total, flag, body_len, props_len
+    # 64-bit: a body length near 2**31 must not wrap the checks below (the fuzzer found it)
+    cdef Py_ssize_t total, body_len, props_len
+    cdef int flag
     cdef list out = []
     cdef const uint8_t* base
     if end == 0:
@@ -100,6 +102,12 @@ def encode_records(
     cdef const uint8_t[::1] props
     cdef int64_t queue_offset = first_queue_offset
     cdef uint32_t crc
+    if record_base != RECORD_FIXED_HEAD + n_shared + 4 + n_tail + 2:
+        # the buffer is sized from record_base: a wrong one must not write past it
+        raise ValueError(
+            f"record_base {record_base} does not match the layout "
+            f"({RECORD_FIXED_HEAD + n_shared + 4 + n_tail + 2} for these blocks)"
+        )
     for entry in entries:
         total += record_base + len(entry.body) + len(entry.properties)
     out = PyBytes_FromStringAndSize(NULL, total)
@@ -172,9 +180,10 @@ def parse_record(buf, Py_ssize_t pos, bint check_crc, delay_levels=_DELAY_LEVELS
     cdef Py_ssize_t n = view.shape[0]
     cdef Py_ssize_t left = n - pos
     cdef const uint8_t* b
-    cdef int total, magic, crc, queue_id, sys_flag, body_len, tl, topic_len, props_len
+    cdef int magic, crc, queue_id, sys_flag, tl
     cdef int64_t queue_offset, phys, store_ts
-    cdef Py_ssize_t p, q, end, tail_len
+    # 64-bit: sums of lengths read from the record must not wrap
+    cdef Py_ssize_t total, body_len, topic_len, props_len, p, q, end, tail_len
     if pos < 0 or left < 8:
         return -1
     b = &view[0]
