@@ -572,28 +572,21 @@ class EntryDispatcher:
             if self.pusher.water_marks.update(term, self.peer, first + count - 1):
                 self.pusher.wake_ack_checker()
             self.wake.set()
-        elif code == RC.INCONSISTENT_STATE:
+        elif code == RC.INCONSISTENT_STATE or (
+            # REPEATED_PUSH of the first entry the follower lacks: it still holds an earlier
+            # push of it that nobody waits for any more. A Java follower keeps a push that came
+            # while it was not yet following (or ahead of its log) until that index is next,
+            # answers it only after our RPC timeout, and refuses every resend as repeated.
+            code == RC.REPEATED_PUSH and first == self.water_mark + 1
+        ):
             log.info(
-                "dledger %s → %s: APPEND %d refused as inconsistent; comparing",
+                "dledger %s → %s: APPEND %d refused (%s); comparing",
                 self.pusher.state.self_id,
                 self.peer,
                 first,
+                RC.name_of(code),
             )
-            self._change(-1, PushType.COMPARE)
-            self.wake.set()
-        elif code == RC.REPEATED_PUSH and first == self.water_mark + 1:
-            # The follower still holds an earlier push of the first entry it lacks, one nobody
-            # waits for any more: a Java follower keeps a push that came while it was not yet
-            # following (or ahead of its log) until that index is next, answers it only after
-            # our RPC timeout, and refuses every resend as repeated. COMPARE clears its pushes.
-            log.info(
-                "dledger %s → %s: APPEND %d refused as repeated (a stale push waits there); "
-                "comparing",
-                self.pusher.state.self_id,
-                self.peer,
-                first,
-            )
-            self._change(-1, PushType.COMPARE)
+            self._change(-1, PushType.COMPARE)  # a COMPARE also clears a follower's pushes
             self.wake.set()
 
     # -- COMPARE / TRUNCATE ---------------------------------------------------------------------
