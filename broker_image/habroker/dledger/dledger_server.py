@@ -29,7 +29,7 @@ from habroker.dledger.protocol import (
     code_of,
     decode_push,
 )
-from habroker.dledger.rpc_service import DLedgerRpcService
+from habroker.dledger.rpc_service import DLedgerRpcService, Handler
 
 log = logging.getLogger(__name__)
 
@@ -164,18 +164,16 @@ class DLedgerServer:
         self.store.close()
 
     # -- requests --------------------------------------------------------------------------------
-    def _checked(
-        self, handler: Callable[[Body], Awaitable[Body]]
-    ) -> Callable[[Body], Awaitable[Body]]:
+    def _checked(self, handler: Handler) -> Handler:
         """DLedgerServer's guard: the request is for this group and this member."""
 
-        async def run(request: Body) -> Body:
+        def run(request: Body) -> Body | Awaitable[Body]:
             st = self.state
             if request.get("group") != st.group:
                 return answer(request, RC.UNKNOWN_GROUP, term=st.term)
             if request.get("remoteId") != st.self_id:
                 return answer(request, RC.UNKNOWN_MEMBER, term=st.term)
-            return await handler(request)
+            return handler(request)
 
         return run
 
@@ -237,7 +235,8 @@ class DLedgerServer:
             term=st.term,
         )
         request.update(transferId=st.self_id, transfereeId=transferee)
-        return await self._checked(self._transfer)(request)
+        reply = self._checked(self._transfer)(request)
+        return reply if isinstance(reply, dict) else await reply
 
     def preferred_transferee(self) -> tuple[str, int] | None:
         """On a leader that is not itself preferred: the preferred peer to hand leadership to

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -190,6 +190,7 @@ class DLedgerEntryPusher:
         self._dispatch_tasks: dict[str, asyncio.Task[None]] = {}
         self.last_quorum_index = -1
         self._payloads: dict[tuple[int, int, bool], PushPayload] = {}
+        self._push_scheduled = False
 
     def start(self) -> None:
         for dispatcher in self.dispatchers.values():
@@ -276,8 +277,19 @@ class DLedgerEntryPusher:
         return payload
 
     def wake_dispatchers(self) -> None:
+        """New entries: the appending dispatchers push them in one callback after this loop
+        pass (every produce of the pass in one push); the others are woken."""
         for dispatcher in self.dispatchers.values():
-            dispatcher.wake.set()
+            if dispatcher.type != PushType.APPEND:
+                dispatcher.wake.set()
+        if not self._push_scheduled:
+            self._push_scheduled = True
+            asyncio.get_running_loop().call_soon(self._push_appends)
+
+    def _push_appends(self) -> None:
+        self._push_scheduled = False
+        for dispatcher in self.dispatchers.values():
+            dispatcher.push_now()
 
     def wake_ack_checker(self) -> None:
         self._ack_wake.set()
@@ -297,7 +309,8 @@ class DLedgerEntryPusher:
         fut: asyncio.Future[Body] = asyncio.get_running_loop().create_future()
         self.pending[index] = PendingAppend(fut, _now_ms() + self.config.max_wait_ack_ms, pos)
         self.wake_dispatchers()
-        self.wake_ack_checker()
+        if not self.dispatchers or self.config.sync_flush:
+            self.wake_ack_checker()  # otherwise the followers' answers run the check
         return fut
 
     def pending_full(self) -> bool:
@@ -349,31 +362,35 @@ class DLedgerEntryPusher:
                     }
                 )
 
+    def check_quorum(self) -> None:
+        """QuorumAckChecker's pass: the median water mark of this term is committed, and the
+        producers waiting up to it are answered.  Run by its loop on a wake-up or tick, and
+        straight from a follower's answer (no loop pass between the answer and the commit)."""
+        st = self.state
+        if st.is_leader:
+            term = st.term
+            if self.pending_term != term and self.pending:
+                self.fail_pending(RC.TERM_CHANGED)
+            own = (
+                self.store.flushed_index if self.config.sync_flush else self.store.ledger_end_index
+            )
+            self.water_marks.update(term, st.self_id, own)
+            quorum = self.water_marks.quorum_index(term)
+            if quorum > self.store.committed_index:
+                self.store.update_committed_index(term, quorum)
+                self.on_committed(self.store.committed_index)
+            if self.pending:
+                self._complete_pending(self.store.committed_index)
+                self._expire_pending()
+            self.last_quorum_index = quorum
+        elif self.pending:
+            self.fail_pending(RC.NOT_LEADER)
+
     async def _quorum_ack_checker(self) -> None:
-        """QuorumAckChecker: the median water mark of this term is committed."""
         while True:
             try:
                 self._ack_wake.clear()
-                st = self.state
-                if st.is_leader:
-                    term = st.term
-                    if self.pending_term != term and self.pending:
-                        self.fail_pending(RC.TERM_CHANGED)
-                    own = (
-                        self.store.flushed_index
-                        if self.config.sync_flush
-                        else (self.store.ledger_end_index)
-                    )
-                    self.water_marks.update(term, st.self_id, own)
-                    quorum = self.water_marks.quorum_index(term)
-                    if quorum > self.store.committed_index:
-                        self.store.update_committed_index(term, quorum)
-                        self.on_committed(self.store.committed_index)
-                    self._complete_pending(self.store.committed_index)
-                    self._expire_pending()
-                    self.last_quorum_index = quorum
-                elif self.pending:
-                    self.fail_pending(RC.NOT_LEADER)
+                self.check_quorum()
                 await self._ack_wake.wait()  # or the next tick
             except asyncio.CancelledError:
                 raise
@@ -382,8 +399,8 @@ class DLedgerEntryPusher:
                 await asyncio.sleep(0.1)
 
     # -- follower -------------------------------------------------------------------------------
-    async def handle_push(self, request: Body) -> Body:
-        return await self.handler.handle_push(request)
+    def handle_push(self, request: Body) -> Body | Awaitable[Body]:
+        return self.handler.handle_push(request)
 
     def follower_committed(self, term: int, commit_index: int) -> None:
         before = self.store.committed_index
@@ -449,6 +466,24 @@ class EntryDispatcher:
             commit_index=self.pusher.store.committed_index,
             entry=entry,
         )
+
+    def push_now(self) -> None:
+        """Push what is new at once, from a callback (not the dispatcher's task): an APPEND
+        dispatcher's part of :meth:`run`, and the same fallback to COMPARE on a failure."""
+        if self.type != PushType.APPEND:
+            return
+        try:
+            if self._fresh() and self.type == PushType.APPEND:
+                self._append()
+        except Exception as exc:
+            log.warning(
+                "dledger %s → %s: push failed (%s); comparing again",
+                self.pusher.state.self_id,
+                self.peer,
+                exc,
+            )
+            self._change(-1, PushType.COMPARE)
+            self.wake.set()
 
     async def run(self) -> None:
         while True:
@@ -518,8 +553,16 @@ class EntryDispatcher:
                 first=first,
                 count=payload.count,
             )
-            call = self.pusher.rpc.call_raw_push(self.peer, fields, payload.raw)
-            self._await(call, (first, payload.count), raw=True)
+            span = (first, payload.count)
+            term = self.term
+            if not self.pusher.rpc.raw_push_now(
+                self.peer,
+                fields,
+                payload.raw,
+                lambda reply: self._on_answer(reply, term, span, True),
+            ):  # not connected yet: the RPC task connects
+                call = self.pusher.rpc.call_raw_push(self.peer, fields, payload.raw)
+                self._await(call, span, raw=True)
             return
         if payload.entry is not None:  # one entry travels as ``entry``, as a Java leader sends it
             request = self._request(PushType.APPEND, payload.entry)
@@ -551,7 +594,9 @@ class EntryDispatcher:
     ) -> None:
         if task.cancelled() or span is None:
             return
-        reply = task.result()
+        self._on_answer(task.result(), term, span, raw)
+
+    def _on_answer(self, reply: Body, term: int, span: tuple[int, int], raw: bool) -> None:
         if term != self.term or self.type != PushType.APPEND:
             return
         code = code_of(reply)
@@ -570,8 +615,12 @@ class EntryDispatcher:
         elif code == RC.SUCCESS:
             self.inflight.pop(first, None)
             if self.pusher.water_marks.update(term, self.peer, first + count - 1):
-                self.pusher.wake_ack_checker()
-            self.wake.set()
+                try:
+                    self.pusher.check_quorum()  # the producers waiting for it are answered now
+                except Exception:
+                    log.exception("dledger %s: quorum check", self.pusher.state.self_id)
+                    self.pusher.wake_ack_checker()
+            self.push_now()  # what came while the push was in flight, or held back by the limit
         elif code == RC.INCONSISTENT_STATE or (
             # REPEATED_PUSH of the first entry the follower lacks: it still holds an earlier
             # push of it that nobody waits for any more. A Java follower keeps a push that came
@@ -690,6 +739,7 @@ class EntryHandler:
         self.write_requests: dict[int, _Waiting] = {}
         self.control: deque[_Waiting] = deque()
         self.wake = asyncio.Event()
+        self._in_control = False
 
     def _response(self, request: Body, code: int) -> Body:
         """PushEntryResponse as the Java follower builds it: the request's group and term, no
@@ -703,7 +753,9 @@ class EntryHandler:
         out["endIndex"] = store.ledger_end_index
         return out
 
-    async def handle_push(self, request: Body) -> Body:
+    def handle_push(self, request: Body) -> Body | Awaitable[Body]:
+        """The answer at once for the APPEND that is next in the log (the common case: the
+        handler's task is not woken for it), else a future the handler answers."""
         st = self.pusher.state
         if request.get("remoteId") != st.self_id:
             return self._response(request, RC.UNKNOWN_MEMBER)
@@ -723,6 +775,8 @@ class EntryHandler:
                 waiting.first, waiting.last = entries[0].index, entries[-1].index
             if waiting.first in self.write_requests:
                 return self._response(request, RC.REPEATED_PUSH)
+            if self._next_in_log(waiting.first):
+                return self._append_now(waiting)
             self.write_requests[waiting.first] = waiting
         elif kind == PushType.COMMIT:
             self.control.append(waiting)
@@ -734,7 +788,27 @@ class EntryHandler:
         else:
             return self._response(request, RC.UNEXPECTED_ARGUMENT)
         self.wake.set()
-        return await fut  # answered by the handler, or TIMEOUT by :meth:`expire`
+        return fut  # answered by the handler, or TIMEOUT by :meth:`expire`
+
+    def _next_in_log(self, first: int) -> bool:
+        """An APPEND may be written by the request itself: it is the log's next entry, nothing
+        of the handler's is queued or half done, and no flush has to come before the answer."""
+        return (
+            first == self.pusher.store.ledger_end_index + 1
+            and not self.control
+            and not self._in_control
+            and not self.pusher.config.sync_flush
+            and self.pusher.state.is_follower
+        )
+
+    def _append_now(self, waiting: _Waiting) -> Body:
+        if not self._append(waiting):
+            return waiting.future.result()
+        if self.write_requests:
+            self.wake.set()  # pushes that came ahead of this one may follow it now
+        request = waiting.request
+        self.pusher.follower_committed(self.pusher.state.term, int(request.get("commitIndex", -1)))
+        return self._response(request, RC.SUCCESS)
 
     def expire(self, before_ms: float) -> None:
         """Pushes waiting since before ``before_ms`` are answered TIMEOUT (a stuck handler
@@ -788,7 +862,11 @@ class EntryHandler:
             return False
         if self.control:
             waiting = self.control.popleft()
-            await self._control(waiting)
+            self._in_control = True
+            try:
+                await self._control(waiting)
+            finally:
+                self._in_control = False
             return True
         store = self.pusher.store
         appended: list[_Waiting] = []

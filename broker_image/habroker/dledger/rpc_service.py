@@ -7,6 +7,7 @@ peer that cannot be reached answers NETWORK_ERROR, like the Java service's faile
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -26,7 +27,8 @@ from habroker.remoting.server import RemotingServer
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[Body], Awaitable[Body]]
+#: a peer RPC's handler: the answer at once, or an awaitable of it
+Handler = Callable[[Body], Body | Awaitable[Body]]
 
 #: the Java service's invokeAsync timeout
 RPC_TIMEOUT_S = 3.0
@@ -63,17 +65,26 @@ class DLedgerRpcService:
         handler: Handler,
         decoder: Callable[[RemotingCommand], Body],
     ) -> None:
-        async def process(request: RemotingCommand, _channel: Channel) -> RemotingCommand:
+        def respond(request: RemotingCommand, reply: Body) -> RemotingCommand:
+            # the remoting code is always DLedger's SUCCESS (200, as Java's DLedgerRpcNettyService
+            # answers, not remoting's 0): the DLedger outcome is in the body
+            return request.response(code=int(DLedgerResponseCode.SUCCESS), body=encode(reply))
+
+        async def later(request: RemotingCommand, pending: Awaitable[Body]) -> RemotingCommand:
+            return respond(request, await pending)
+
+        def process(
+            request: RemotingCommand, _channel: Channel
+        ) -> RemotingCommand | Awaitable[RemotingCommand]:
             try:
                 body = decoder(request)
             except ValueError as exc:
                 log.warning("dledger %s: bad %s body: %s", self.self_id, code.name, exc)
-                reply: Body = {"code": int(DLedgerResponseCode.UNEXPECTED_ARGUMENT)}
-            else:
-                reply = await handler(body)
-            # the remoting code is always DLedger's SUCCESS (200, as Java's DLedgerRpcNettyService
-            # answers, not remoting's 0): the DLedger outcome is in the body
-            return request.response(code=int(DLedgerResponseCode.SUCCESS), body=encode(reply))
+                return respond(request, {"code": int(DLedgerResponseCode.UNEXPECTED_ARGUMENT)})
+            reply = handler(body)
+            if isinstance(reply, dict):  # answered at once: no task
+                return respond(request, reply)
+            return later(request, reply)
 
         self.server.register(code, process)
 
@@ -100,6 +111,43 @@ class DLedgerRpcService:
         code (a Java peer answers REQUEST_CODE_NOT_SUPPORTED), NETWORK_ERROR as :meth:`call`."""
         return await self._invoke(peer_id, DLedgerRequestCode.PUSH_RAW, fields, entries)
 
+    def raw_push_now(
+        self,
+        peer_id: str,
+        fields: dict[str, str],
+        entries: bytes,
+        on_answer: Callable[[Body], None],
+    ) -> bool:
+        """:meth:`call_raw_push` sent before this returns, ``on_answer`` called with the answer
+        (no task between the leader's append and the socket); False, and nothing sent, when
+        there is no open connection to the peer yet."""
+        try:
+            waiter = self.client.invoke_now(
+                self.peers[peer_id], int(DLedgerRequestCode.PUSH_RAW), fields, entries
+            )
+        except RemotingError:
+            waiter = None
+        if waiter is None:
+            return False
+        self.sent += 1
+        code = DLedgerRequestCode.PUSH_RAW
+
+        def answered(done: asyncio.Future[RemotingCommand]) -> None:
+            if done.cancelled():
+                on_answer(self._failure(peer_id, code, "cancelled"))
+                return
+            exc = done.exception()
+            if exc is not None:
+                on_answer(self._failure(peer_id, code, exc))
+                return
+            try:
+                on_answer(self._body_of(peer_id, done.result()))
+            except ValueError as bad:
+                on_answer(self._failure(peer_id, code, bad))
+
+        waiter.add_done_callback(answered)
+        return True
+
     async def _invoke(
         self,
         peer_id: str,
@@ -113,10 +161,17 @@ class DLedgerRpcService:
             answer = await self.client.invoke(
                 self.peers[peer_id], int(code), fields, body, timeout=timeout
             )
-            if answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
-                return {"code": int(DLedgerResponseCode.UNSUPPORTED), "remoteId": peer_id}
-            return decode(answer.body_bytes)
+            return self._body_of(peer_id, answer)
         except (RemotingError, TimeoutError, OSError, ValueError) as exc:
-            self.failed += 1
-            log.debug("dledger %s → %s %s: %s", self.self_id, peer_id, code.name, exc)
-            return {"code": int(DLedgerResponseCode.NETWORK_ERROR), "remoteId": peer_id}
+            return self._failure(peer_id, code, exc)
+
+    @staticmethod
+    def _body_of(peer_id: str, answer: RemotingCommand) -> Body:
+        if answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+            return {"code": int(DLedgerResponseCode.UNSUPPORTED), "remoteId": peer_id}
+        return decode(answer.body_bytes)
+
+    def _failure(self, peer_id: str, code: DLedgerRequestCode, why: object) -> Body:
+        self.failed += 1
+        log.debug("dledger %s → %s %s: %s", self.self_id, peer_id, code.name, why)
+        return {"code": int(DLedgerResponseCode.NETWORK_ERROR), "remoteId": peer_id}

@@ -121,22 +121,40 @@ class Channel(asyncio.BufferedProtocol):
 
     async def invoke(self, request: RemotingCommand, timeout: float) -> RemotingCommand:  # noqa: ASYNC109
         """Send a request and wait for its answer (matched by opaque)."""
+        return await self.invoke_future(request, timeout)
+
+    def invoke_future(
+        self, request: RemotingCommand, timeout: float
+    ) -> asyncio.Future[RemotingCommand]:
+        """Send a request now; the future of its answer fails with :class:`RemotingError` when
+        the channel closes or ``timeout`` passes first.  For callers that must not wait a loop
+        pass for a task to start (a DLedger leader's pushes)."""
         if not self.is_open:
             raise RemotingError(f"connection to {self.remote_address} is closed")
-        request.opaque = next(_opaques) & 0x7FFFFFFF
-        waiter: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
-        self.pending[request.opaque] = waiter
+        opaque = request.opaque = next(_opaques) & 0x7FFFFFFF
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[RemotingCommand] = loop.create_future()
+        self.pending[opaque] = waiter
         self.write(request)
-        try:
-            async with asyncio.timeout(timeout):
-                return await waiter
-        except TimeoutError:
-            raise RemotingError(
-                f"no answer from {self.remote_address} to request code {request.code} "
-                f"within {timeout:.3g}s"
-            ) from None
-        finally:
-            self.pending.pop(request.opaque, None)
+        code = request.code
+
+        def expire() -> None:
+            if not waiter.done():
+                waiter.set_exception(
+                    RemotingError(
+                        f"no answer from {self.remote_address} to request code {code} "
+                        f"within {timeout:.3g}s"
+                    )
+                )
+
+        timer = loop.call_later(timeout, expire)
+
+        def settled(_: asyncio.Future[RemotingCommand]) -> None:
+            timer.cancel()
+            self.pending.pop(opaque, None)
+
+        waiter.add_done_callback(settled)
+        return waiter
 
     def send_oneway(self, request: RemotingCommand) -> None:
         request.opaque = next(_opaques) & 0x7FFFFFFF

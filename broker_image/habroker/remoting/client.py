@@ -117,6 +117,25 @@ class RemotingClient:
         channel = await self.channel(address)
         return await channel.invoke(request, timeout or self.timeout)
 
+    def invoke_now(
+        self,
+        address: str,
+        code: int,
+        header: Mapping[str, Any] | None = None,
+        body: Body | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> asyncio.Future[RemotingCommand] | None:
+        """:meth:`invoke` written before this returns, on a channel that is already open; None
+        when there is none (then :meth:`invoke` connects)."""
+        channel = self._channels.get(address)
+        if channel is None or not channel.is_open:
+            return None
+        request = RemotingCommand.request(code, header, body, serialize_type=self.serialize_type)
+        if self.rpc_hook is not None:
+            self.rpc_hook(request)
+        return channel.invoke_future(request, timeout or self.timeout)
+
     async def call(
         self,
         address: str,
