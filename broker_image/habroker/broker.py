@@ -501,7 +501,8 @@ class BrokerController:
                 "not_master", f"this DLedger peer is not the leader: {exc}", 503
             ) from None
         waited = time.perf_counter()
-        answers = await asyncio.gather(*put.acks)
+        acks = put.acks
+        answers = [await acks[0]] if len(acks) == 1 else await asyncio.gather(*acks)
         self.stats.sync_wait.labels(*self._metric_labels()).observe(time.perf_counter() - waited)
         codes = {int(a.get("code", -1)) for a in answers}
         if codes != {DLedgerResponseCode.SUCCESS}:

@@ -191,6 +191,7 @@ class DLedgerEntryPusher:
         self.last_quorum_index = -1
         self._payloads: dict[tuple[int, int, bool], PushPayload] = {}
         self._push_scheduled = False
+        self._commit_scheduled = False
 
     def start(self) -> None:
         for dispatcher in self.dispatchers.values():
@@ -378,7 +379,7 @@ class DLedgerEntryPusher:
             quorum = self.water_marks.quorum_index(term)
             if quorum > self.store.committed_index:
                 self.store.update_committed_index(term, quorum)
-                self.on_committed(self.store.committed_index)
+                self._committed_soon()
             if self.pending:
                 self._complete_pending(self.store.committed_index)
                 self._expire_pending()
@@ -406,7 +407,22 @@ class DLedgerEntryPusher:
         before = self.store.committed_index
         self.store.update_committed_index(term, commit_index)
         if self.store.committed_index != before:
+            self._committed_soon()
+
+    def _committed_soon(self) -> None:
+        """``on_committed`` (the consume queues' dispatch) in a callback after this one: the
+        answers the commit completes (a producer's, a push's) leave first, as RocketMQ's
+        ReputMessageService indexes behind the acknowledgement."""
+        if not self._commit_scheduled:
+            self._commit_scheduled = True
+            asyncio.get_running_loop().call_soon(self._run_committed)
+
+    def _run_committed(self) -> None:
+        self._commit_scheduled = False
+        try:
             self.on_committed(self.store.committed_index)
+        except Exception:
+            log.exception("dledger %s: dispatching committed entries", self.state.self_id)
 
 
 class EntryDispatcher:
