@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import pytest
 from habroker.client import Producer
+from habroker.dledger.commit_log import encode_entries_py
 from habroker.local import LocalBroker
 from habroker.message import (
     MAGIC_V1,
@@ -143,6 +144,50 @@ def test_encode_records_lays_down_the_python_loops_bytes(
     )
     assert end == end_py
     assert b"".join(bytes(p) for p in parts) == b"".join(bytes(p) for p in parts_py)
+
+
+@needs_codec
+@settings(max_examples=200, deadline=None)
+@given(
+    _entries,
+    st.sampled_from([48, 60, 72]),
+    st.integers(0, 2**40),
+    st.integers(0, 2**40),
+    st.integers(0, 2**31 - 1),
+    st.integers(0, 2**40),
+    st.integers(0, 2**40),
+)
+def test_encode_entries_lays_down_the_python_loops_bytes(
+    entries: list[tuple[int, bytes, bytes]],
+    shared_len: int,
+    first_queue_offset: int,
+    first_pos: int,
+    queue_id: int,
+    term: int,
+    first_index: int,
+) -> None:
+    """The DLedger leader's entries (header + record each): the same bytes, one view per entry."""
+    assert codec is not None
+    batch = [BatchEntry(flag, memoryview(body), props) for flag, body, props in entries]
+    topic_tail = b"\x07TopicAB"
+    shared = bytes(range(shared_len))
+    sizes = [36 + shared_len + 4 + len(topic_tail) + 2 + len(b) + len(p) for _f, b, p in entries]
+    positions = [first_pos + sum(48 + n for n in sizes[:i]) for i in range(len(sizes))]
+    args = (topic_tail, queue_id, batch, sizes, first_queue_offset, shared, term, first_index)
+    parts = codec.encode_entries(*args, positions)
+    parts_py = encode_entries_py(*args, positions)
+    assert [len(p) for p in parts] == [48 + n for n in sizes]
+    assert b"".join(bytes(p) for p in parts) == b"".join(bytes(p) for p in parts_py)
+
+
+@needs_codec
+def test_encode_entries_refuses_sizes_that_do_not_match_the_records() -> None:
+    assert codec is not None
+    batch = [BatchEntry(0, memoryview(b"x" * 10), b"")]
+    with pytest.raises(ValueError, match="planned"):
+        codec.encode_entries(b"\x01T", 0, batch, [10], 0, bytes(48), 1, 0, [0])
+    with pytest.raises(ValueError, match="positions"):
+        codec.encode_entries(b"\x01T", 0, batch, [102], 0, bytes(48), 1, 0, [])
 
 
 @needs_codec

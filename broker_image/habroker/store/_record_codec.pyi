@@ -17,6 +17,17 @@ def encode_records(
     record_base: int,
     phys: int,
 ) -> tuple[list[bytes | memoryview], int]: ...
+def encode_entries(
+    topic_tail: bytes,
+    queue_id: int,
+    entries: Sequence[BatchEntry],
+    record_sizes: Sequence[int],
+    first_queue_offset: int,
+    shared: bytes,
+    term: int,
+    first_index: int,
+    positions: Sequence[int],
+) -> list[bytes | memoryview]: ...
 def parse_record(
     buf: bytes | bytearray | memoryview,
     pos: int,

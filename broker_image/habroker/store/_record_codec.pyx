@@ -152,6 +152,98 @@ def encode_records(
     return [out], phys
 
 
+# -- DLedger: one entry per record (habroker.dledger.commit_log.encode_entries_py) ----------------
+cdef enum:
+    DLEDGER_HEAD = 48  # magic, size, index, term, pos, channel, chainCrc, bodyCrc, bodyLen
+
+
+def encode_entries(
+    bytes topic_tail,
+    int queue_id,
+    entries,
+    record_sizes,
+    int64_t first_queue_offset,
+    bytes shared,
+    int64_t term,
+    int64_t first_index,
+    positions,
+):
+    """A batch's DLedger entries in one buffer, one memoryview of it per entry: the entry
+    header (magic 1, no CRCs) and the record whose PHYSICALOFFSET is the entry's position + 48."""
+    cdef Py_ssize_t n_tail = len(topic_tail), n_shared = len(shared)
+    cdef Py_ssize_t record_base = RECORD_FIXED_HEAD + n_shared + 4 + n_tail + 2
+    cdef Py_ssize_t n = len(entries), i, total = 0, size, at = 0, start, body_len, props_len
+    cdef const uint8_t[::1] body
+    cdef const uint8_t[::1] props
+    cdef int64_t queue_offset = first_queue_offset, index = first_index, pos
+    cdef uint32_t crc
+    if len(record_sizes) != n or len(positions) != n:
+        raise ValueError(f"{n} entries, {len(record_sizes)} sizes, {len(positions)} positions")
+    for i in range(n):
+        entry = entries[i]
+        size = record_base + len(entry.body) + len(entry.properties)
+        if size != <Py_ssize_t>record_sizes[i]:
+            raise ValueError(f"entry {i}: a record of {size} bytes, planned {record_sizes[i]}")
+        total += DLEDGER_HEAD + size
+    out = PyBytes_FromStringAndSize(NULL, total)
+    cdef uint8_t* p = <uint8_t*>PyBytes_AS_STRING(out)
+    cdef const char* tail = PyBytes_AS_STRING(topic_tail)
+    cdef const char* block = PyBytes_AS_STRING(shared)
+    starts = []
+    for i in range(n):
+        entry = entries[i]
+        body_obj = entry.body
+        props_obj = entry.properties
+        body = body_obj
+        props = props_obj
+        body_len = body.shape[0]
+        props_len = props.shape[0]
+        size = record_base + body_len + props_len
+        pos = positions[i]
+        crc = <uint32_t>crc32(body_obj) & 0x7FFFFFFF
+        start = at
+        starts.append(start)
+        _put32(p + at, 1)  # CURRENT_MAGIC (DLedger 0.2+: MAGIC_1)
+        _put32(p + at + 4, <uint32_t>(DLEDGER_HEAD + size))
+        _put64(p + at + 8, index)
+        _put64(p + at + 16, term)
+        _put64(p + at + 24, pos)
+        _put32(p + at + 32, 0)
+        _put32(p + at + 36, 0)
+        _put32(p + at + 40, 0)
+        _put32(p + at + 44, <uint32_t>size)
+        at += DLEDGER_HEAD
+        _put32(p + at, <uint32_t>size)
+        _put32(p + at + 4, 0xDAA320A7)  # MAGIC_V1
+        _put32(p + at + 8, crc)
+        _put32(p + at + 12, <uint32_t>queue_id)
+        _put32(p + at + 16, <uint32_t><int>entry.flag)
+        _put64(p + at + 20, queue_offset)
+        _put64(p + at + 28, pos + DLEDGER_HEAD)
+        memcpy(p + at + RECORD_FIXED_HEAD, block, n_shared)
+        at += RECORD_FIXED_HEAD + n_shared
+        _put32(p + at, <uint32_t>body_len)
+        at += 4
+        if body_len:
+            memcpy(p + at, &body[0], body_len)
+        at += body_len
+        memcpy(p + at, tail, n_tail)
+        at += n_tail
+        p[at] = <uint8_t>(props_len >> 8)
+        p[at + 1] = <uint8_t>props_len
+        at += 2
+        if props_len:
+            memcpy(p + at, &props[0], props_len)
+        at += props_len
+        queue_offset += 1
+        index += 1
+    if at != total:
+        raise ValueError(f"entries laid out {at} bytes, planned {total}")
+    view = memoryview(out)
+    starts.append(total)
+    return [view[starts[i] : starts[i + 1]] for i in range(n)]
+
+
 # -- dispatch: a record's DispatchRequest fields (habroker.message.parse_record) -----------------
 from habroker.message import (
     DELAY_LEVELS_MS as _DELAY_LEVELS_MS,
