@@ -20,6 +20,7 @@ from habroker.message import (
     body_crc32,
     encode_record,
     parse_record,
+    unit_tags_code,
 )
 from habroker.store import native
 from habroker.store.commit_log import encode_records_py
@@ -188,6 +189,46 @@ def test_encode_entries_refuses_sizes_that_do_not_match_the_records() -> None:
         codec.encode_entries(b"\x01T", 0, batch, [10], 0, bytes(48), 1, 0, [0])
     with pytest.raises(ValueError, match="positions"):
         codec.encode_entries(b"\x01T", 0, batch, [102], 0, bytes(48), 1, 0, [])
+
+
+_prop_text = st.one_of(
+    st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=12),
+    st.text(max_size=6),  # non-ASCII: UTF-16 code units in the hash
+).map(lambda t: t.replace("\x01", "").replace("\x02", ""))
+
+
+@st.composite
+def _properties(draw: st.DrawFn) -> bytes:
+    """Raw properties as clients write them (name \\x01 value \\x02 ...): TAGS once, twice or
+    not at all, empty or not, first or not; now and then bytes that are no properties at all."""
+    if draw(st.integers(0, 9)) == 0:
+        return draw(st.binary(max_size=40))
+    names = draw(
+        st.lists(
+            st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "DELAY", "XTAGS", "WAIT"]), max_size=5
+        )
+    )
+    pairs = [f"{name}\x01{draw(_prop_text)}" for name in names]
+    return "\x02".join(pairs).encode("utf-8") + (b"\x02" if draw(st.booleans()) else b"")
+
+
+@needs_codec
+@settings(max_examples=500, deadline=None)
+@given(_properties(), st.sampled_from(["T", SCHEDULE_TOPIC]), st.integers(0, 2**41))
+def test_unit_tags_code_is_the_python_functions(props: bytes, topic: str, store_ts: int) -> None:
+    """The consume-queue tagsCode (TAGS hash, or a delay's delivery time) of the put path and the
+    dispatcher: the compiled one answers what the Python one answers, whatever the bytes."""
+    assert codec is not None
+    assert codec.unit_tags_code(topic, props, store_ts) == unit_tags_code(topic, props, store_ts)
+
+
+@needs_codec
+def test_unit_tags_code_hashes_tags_as_java_string_hashcode() -> None:
+    """Independent of the Python function: "TagA".hashCode() in Java is 2598919."""
+    assert codec is not None
+    assert codec.unit_tags_code("T", b"KEYS\x01k\x02TAGS\x01TagA\x02WAIT\x01true", 0) == 2598919
+    # Java's "polygenelubricants".hashCode() is Integer.MIN_VALUE: the sum wraps, signed
+    assert codec.unit_tags_code("T", b"TAGS\x01polygenelubricants", 0) == -(2**31)
 
 
 @needs_codec

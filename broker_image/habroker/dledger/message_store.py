@@ -30,7 +30,7 @@ from habroker.dledger.entry import BODY_OFFSET, DLedgerEntry
 from habroker.dledger.entry_pusher import PusherConfig
 from habroker.dledger.leader_elector import ElectionTimings
 from habroker.dledger.protocol import Body
-from habroker.message import POS_PHYSICAL_OFFSET, DispatchTuple, unit_tags_code
+from habroker.message import POS_PHYSICAL_OFFSET, DispatchTuple
 from habroker.store.checkpoint import StoreCheckpoint
 from habroker.store.cleaner import (
     FORCED_FILES_PER_PASS,
@@ -40,6 +40,7 @@ from habroker.store.cleaner import (
 )
 from habroker.store.errors import StoreError
 from habroker.store.message_store import MessageStore, PutPlan
+from habroker.store.native import unit_tags_code
 from habroker.store.values import BatchEntry, CleanResult, PutResult, PutStatus
 
 log = logging.getLogger(__name__)

@@ -28,6 +28,12 @@ def encode_entries(
     first_index: int,
     positions: Sequence[int],
 ) -> list[bytes | memoryview]: ...
+def unit_tags_code(
+    topic: str,
+    props: bytes | memoryview,
+    store_timestamp: int,
+    delay_levels: Sequence[int] = ...,
+) -> int: ...
 def parse_record(
     buf: bytes | bytearray | memoryview,
     pos: int,

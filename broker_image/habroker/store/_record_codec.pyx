@@ -9,7 +9,7 @@ bench/analysis.md ("compiled record codec").
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
-from libc.stdint cimport int64_t, uint8_t, uint32_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libc.string cimport memcpy
 from habroker.message import body_crc32 as crc32
 
@@ -247,9 +247,50 @@ def encode_entries(
 # -- dispatch: a record's DispatchRequest fields (habroker.message.parse_record) -----------------
 from habroker.message import (
     DELAY_LEVELS_MS as _DELAY_LEVELS_MS,
+    SCHEDULE_TOPIC as _SCHEDULE_TOPIC,
     _topic_cache,
-    unit_tags_code as _unit_tags_code,
+    unit_tags_code as _unit_tags_code_py,
 )
+
+
+cdef Py_ssize_t _find_tags(const uint8_t* b, Py_ssize_t n, Py_ssize_t start) noexcept nogil:
+    """Where ``TAGS\\x01`` starts in ``b[start:n]``, or -1."""
+    cdef Py_ssize_t i = start
+    while i + 5 <= n:
+        if (
+            b[i] == 84 and b[i + 1] == 65 and b[i + 2] == 71 and b[i + 3] == 83
+            and b[i + 4] == 1
+        ):  # T A G S \x01
+            return i
+        i += 1
+    return -1
+
+
+def unit_tags_code(topic, props, int64_t store_timestamp, delay_levels=_DELAY_LEVELS_MS):
+    """:func:`habroker.message.unit_tags_code`, compiled for the common case (one TAGS
+    property of ASCII text, not SCHEDULE_TOPIC_XXXX); anything else is the Python function's."""
+    cdef const uint8_t[::1] view = props
+    cdef Py_ssize_t n = view.shape[0], i, j, stop
+    cdef const uint8_t* b
+    cdef uint32_t h = 0
+    if n == 0:
+        return 0
+    if topic == _SCHEDULE_TOPIC:
+        return _unit_tags_code_py(topic, props, store_timestamp, delay_levels)
+    b = &view[0]
+    i = _find_tags(b, n, 0)
+    if i < 0:
+        return 0
+    if (i != 0 and b[i - 1] != 2) or _find_tags(b, n, i + 5) >= 0:
+        return _unit_tags_code_py(topic, props, store_timestamp, delay_levels)
+    stop = i + 5
+    while stop < n and b[stop] != 2:
+        stop += 1
+    for j in range(i + 5, stop):
+        if b[j] >= 128:  # UTF-16 code units: the Python function's
+            return _unit_tags_code_py(topic, props, store_timestamp, delay_levels)
+        h = 31 * h + b[j]
+    return <int32_t>h
 
 cdef enum:
     MIN_RECORD_SIZE = 91
@@ -346,5 +387,5 @@ def parse_record(buf, Py_ssize_t pos, bint check_crc, delay_levels=_DELAY_LEVELS
     code = 0
     if props_len > 0:
         props = PyBytes_FromStringAndSize(<const char*>(b + p + q + 2), props_len)
-        code = _unit_tags_code(topic, props, store_ts, delay_levels)
+        code = unit_tags_code(topic, props, store_ts, delay_levels)
     return (topic, queue_id, phys, total, code, store_ts, queue_offset, sys_flag)

@@ -37,7 +37,6 @@ from habroker.message import (
     MessageExt,
     decode_record,
     host_block,
-    unit_tags_code,
 )
 from habroker.store.checkpoint import StoreCheckpoint
 from habroker.store.cleaner import (
@@ -64,6 +63,7 @@ from habroker.store.flush import (
     GroupCommitService,
     _Service,
 )
+from habroker.store.native import unit_tags_code
 from habroker.store.values import (
     BatchEntry,
     CleanResult,

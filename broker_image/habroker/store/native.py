@@ -37,6 +37,13 @@ parse_record: Callable[
 """The dispatcher's record parse (:func:`habroker.message.parse_record`), compiled where built."""
 
 
+unit_tags_code: Callable[[str, bytes, int, Sequence[int]], int] = (
+    codec.unit_tags_code if codec is not None else message.unit_tags_code
+)
+"""A consume-queue unit's tagsCode (:func:`habroker.message.unit_tags_code`), compiled where
+built: the put path's and the dispatcher's."""
+
+
 def describe() -> str:
     """What a broker logs at start."""
     if codec is not None:
