@@ -238,21 +238,9 @@ class DLedgerReput(ReputMessageService):
                     self.reput_from_offset = mf.file_end_offset  # on to the next file
                     continue
                 if rel + BODY_OFFSET <= wrote:
-                    _m, size, at_index, term, at_pos = _ENTRY_HEAD.unpack_from(view, rel)
-                    if at_index == index and at_pos == pos and rel + size <= wrote:
-                        unit = self._planned(index, term, pos) if self.planned else None
-                        self._dispatched(
-                            index,
-                            pos,
-                            size,
-                            unit
-                            if unit is not None
-                            else parse_record(
-                                view[: rel + size], rel + BODY_OFFSET, False, delay_levels
-                            ),
-                            dispatch,
-                        )
-                        count += 1
+                    walked = self._walk(view, rel, wrote, pos, index, target, dispatch)
+                    if walked:
+                        count += walked
                         continue
             entry = store.get(index)  # the walk lost its place (a cut log, a fresh start)
             if entry is None:
@@ -266,6 +254,54 @@ class DLedgerReput(ReputMessageService):
                 dispatch,
             )
             count += 1
+        return count
+
+    def _walk(
+        self,
+        view: memoryview,
+        rel: int,
+        wrote: int,
+        pos: int,
+        index: int,
+        target: int,
+        dispatch: Callable[[DispatchTuple], None],
+    ) -> int:
+        """Dispatch the entries that lie back to back in one data file from ``rel`` (the one at
+        ``pos`` is ``index``), up to ``target``; how many.  Stops at anything else (a BLANK, an
+        entry not where expected, the written end) for :meth:`do_reput` to sort out."""
+        unpack = _ENTRY_HEAD.unpack_from
+        delay_levels = self.delay_levels
+        planned = self.planned
+        count = 0
+        last_ts = None
+        try:
+            while index <= target and rel + BODY_OFFSET <= wrote:
+                _m, size, at_index, term, at_pos = unpack(view, rel)
+                if at_index != index or at_pos != pos or rel + size > wrote:
+                    break
+                unit = self._planned(index, term, pos) if planned else None
+                parsed = (
+                    unit
+                    if unit is not None
+                    else parse_record(view[: rel + size], rel + BODY_OFFSET, False, delay_levels)
+                )
+                if isinstance(parsed, tuple):
+                    dispatch(parsed)
+                    last_ts = parsed[5]
+                else:
+                    log.error(
+                        "entry %d at %d holds no message record (%d); skipped", index, pos, parsed
+                    )
+                count += 1
+                index += 1
+                pos += size
+                rel += size
+        finally:
+            if count:
+                self.dispatched_index = index - 1
+                self.reput_from_offset = pos
+                if last_ts is not None:
+                    self.last_store_timestamp = last_ts
         return count
 
     def _skip_to_begin(self) -> None:
