@@ -192,8 +192,10 @@ class DLedgerEntryPusher:
         self._payloads: dict[tuple[int, int, bool], PushPayload] = {}
         self._push_scheduled = False
         self._commit_scheduled = False
+        self._stopped = False  # no pushes or dispatch from callbacks left behind by stop()
 
     def start(self) -> None:
+        self._stopped = False
         for dispatcher in self.dispatchers.values():
             self._start_dispatcher(dispatcher)
         self._tasks.append(asyncio.create_task(self.handler.run(), name="entry-handler"))
@@ -238,6 +240,7 @@ class DLedgerEntryPusher:
         self.wake_ack_checker()
 
     async def stop(self) -> None:
+        self._stopped = True
         tasks = [*self._tasks, *self._dispatch_tasks.values()]
         for task in tasks:
             task.cancel()
@@ -289,6 +292,8 @@ class DLedgerEntryPusher:
 
     def _push_appends(self) -> None:
         self._push_scheduled = False
+        if self._stopped:
+            return
         for dispatcher in self.dispatchers.values():
             dispatcher.push_now()
 
@@ -419,6 +424,8 @@ class DLedgerEntryPusher:
 
     def _run_committed(self) -> None:
         self._commit_scheduled = False
+        if self._stopped:
+            return  # a restarted store dispatches what is committed when it starts
         try:
             self.on_committed(self.store.committed_index)
         except Exception:
@@ -492,14 +499,17 @@ class EntryDispatcher:
             if self._fresh() and self.type == PushType.APPEND:
                 self._append()
         except Exception as exc:
-            log.warning(
-                "dledger %s → %s: push failed (%s); comparing again",
-                self.pusher.state.self_id,
-                self.peer,
-                exc,
-            )
-            self._change(-1, PushType.COMPARE)
+            self._failed(exc)
             self.wake.set()
+
+    def _failed(self, exc: Exception) -> None:
+        log.warning(
+            "dledger %s → %s: push failed (%s); comparing again",
+            self.pusher.state.self_id,
+            self.peer,
+            exc,
+        )
+        self._change(-1, PushType.COMPARE)
 
     async def run(self) -> None:
         while True:
@@ -519,13 +529,7 @@ class EntryDispatcher:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning(
-                    "dledger %s → %s: push failed (%s); comparing again",
-                    self.pusher.state.self_id,
-                    self.peer,
-                    exc,
-                )
-                self._change(-1, PushType.COMPARE)
+                self._failed(exc)
                 await asyncio.sleep(0.5)
 
     # -- APPEND ---------------------------------------------------------------------------------

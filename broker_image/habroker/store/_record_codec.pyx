@@ -86,6 +86,53 @@ def split_batch(data, Py_ssize_t max_entries, entry_type):
     return out, None
 
 
+cdef Py_ssize_t _put_record(
+    uint8_t* p,
+    entry,
+    int queue_id,
+    int64_t queue_offset,
+    int64_t phys,
+    const char* block,
+    Py_ssize_t n_shared,
+    const char* tail,
+    Py_ssize_t n_tail,
+    Py_ssize_t record_base,
+) except -1:
+    """One commit-log record at ``p`` (the buffer was sized for it); its size."""
+    cdef const uint8_t[::1] body
+    cdef const uint8_t[::1] props
+    cdef Py_ssize_t at, body_len, props_len, size
+    body_obj = entry.body
+    props_obj = entry.properties
+    body = body_obj
+    props = props_obj
+    body_len = body.shape[0]
+    props_len = props.shape[0]
+    size = record_base + body_len + props_len
+    _put32(p, <uint32_t>size)
+    _put32(p + 4, 0xDAA320A7)  # MAGIC_V1
+    _put32(p + 8, <uint32_t>crc32(body_obj) & 0x7FFFFFFF)
+    _put32(p + 12, <uint32_t>queue_id)
+    _put32(p + 16, <uint32_t><int>entry.flag)
+    _put64(p + 20, queue_offset)
+    _put64(p + 28, phys)
+    memcpy(p + RECORD_FIXED_HEAD, block, n_shared)
+    at = RECORD_FIXED_HEAD + n_shared
+    _put32(p + at, <uint32_t>body_len)
+    at += 4
+    if body_len:
+        memcpy(p + at, &body[0], body_len)
+    at += body_len
+    memcpy(p + at, tail, n_tail)
+    at += n_tail
+    p[at] = <uint8_t>(props_len >> 8)
+    p[at + 1] = <uint8_t>props_len
+    at += 2
+    if props_len:
+        memcpy(p + at, &props[0], props_len)
+    return at + props_len
+
+
 def encode_records(
     bytes topic_tail,
     int queue_id,
@@ -97,11 +144,8 @@ def encode_records(
 ):
     """The batch's records in one buffer, and the offset after them."""
     cdef Py_ssize_t n_tail = len(topic_tail), n_shared = len(shared)
-    cdef Py_ssize_t total = 0, size, at = 0, body_len, props_len
-    cdef const uint8_t[::1] body
-    cdef const uint8_t[::1] props
+    cdef Py_ssize_t total = 0, size, at = 0
     cdef int64_t queue_offset = first_queue_offset
-    cdef uint32_t crc
     if record_base != RECORD_FIXED_HEAD + n_shared + 4 + n_tail + 2:
         # the buffer is sized from record_base: a wrong one must not write past it
         raise ValueError(
@@ -115,36 +159,10 @@ def encode_records(
     cdef const char* tail = PyBytes_AS_STRING(topic_tail)
     cdef const char* block = PyBytes_AS_STRING(shared)
     for entry in entries:
-        body_obj = entry.body
-        props_obj = entry.properties
-        body = body_obj
-        props = props_obj
-        body_len = body.shape[0]
-        props_len = props.shape[0]
-        size = record_base + body_len + props_len
-        crc = <uint32_t>crc32(body_obj) & 0x7FFFFFFF
-        _put32(p + at, <uint32_t>size)
-        _put32(p + at + 4, 0xDAA320A7)  # MAGIC_V1
-        _put32(p + at + 8, crc)
-        _put32(p + at + 12, <uint32_t>queue_id)
-        _put32(p + at + 16, <uint32_t><int>entry.flag)
-        _put64(p + at + 20, queue_offset)
-        _put64(p + at + 28, phys)
-        memcpy(p + at + RECORD_FIXED_HEAD, block, n_shared)
-        at += RECORD_FIXED_HEAD + n_shared
-        _put32(p + at, <uint32_t>body_len)
-        at += 4
-        if body_len:
-            memcpy(p + at, &body[0], body_len)
-        at += body_len
-        memcpy(p + at, tail, n_tail)
-        at += n_tail
-        p[at] = <uint8_t>(props_len >> 8)
-        p[at + 1] = <uint8_t>props_len
-        at += 2
-        if props_len:
-            memcpy(p + at, &props[0], props_len)
-        at += props_len
+        size = _put_record(
+            p + at, entry, queue_id, queue_offset, phys, block, n_shared, tail, n_tail, record_base
+        )
+        at += size
         phys += size
         queue_offset += 1
     if at != total:
@@ -172,11 +190,8 @@ def encode_entries(
     header (magic 1, no CRCs) and the record whose PHYSICALOFFSET is the entry's position + 48."""
     cdef Py_ssize_t n_tail = len(topic_tail), n_shared = len(shared)
     cdef Py_ssize_t record_base = RECORD_FIXED_HEAD + n_shared + 4 + n_tail + 2
-    cdef Py_ssize_t n = len(entries), i, total = 0, size, at = 0, start, body_len, props_len
-    cdef const uint8_t[::1] body
-    cdef const uint8_t[::1] props
+    cdef Py_ssize_t n = len(entries), i, total = 0, size, at = 0
     cdef int64_t queue_offset = first_queue_offset, index = first_index, pos
-    cdef uint32_t crc
     if len(record_sizes) != n or len(positions) != n:
         raise ValueError(f"{n} entries, {len(record_sizes)} sizes, {len(positions)} positions")
     for i in range(n):
@@ -191,18 +206,9 @@ def encode_entries(
     cdef const char* block = PyBytes_AS_STRING(shared)
     starts = []
     for i in range(n):
-        entry = entries[i]
-        body_obj = entry.body
-        props_obj = entry.properties
-        body = body_obj
-        props = props_obj
-        body_len = body.shape[0]
-        props_len = props.shape[0]
-        size = record_base + body_len + props_len
         pos = positions[i]
-        crc = <uint32_t>crc32(body_obj) & 0x7FFFFFFF
-        start = at
-        starts.append(start)
+        size = <Py_ssize_t>record_sizes[i]
+        starts.append(at)
         _put32(p + at, 1)  # CURRENT_MAGIC (DLedger 0.2+: MAGIC_1)
         _put32(p + at + 4, <uint32_t>(DLEDGER_HEAD + size))
         _put64(p + at + 8, index)
@@ -213,28 +219,18 @@ def encode_entries(
         _put32(p + at + 40, 0)
         _put32(p + at + 44, <uint32_t>size)
         at += DLEDGER_HEAD
-        _put32(p + at, <uint32_t>size)
-        _put32(p + at + 4, 0xDAA320A7)  # MAGIC_V1
-        _put32(p + at + 8, crc)
-        _put32(p + at + 12, <uint32_t>queue_id)
-        _put32(p + at + 16, <uint32_t><int>entry.flag)
-        _put64(p + at + 20, queue_offset)
-        _put64(p + at + 28, pos + DLEDGER_HEAD)
-        memcpy(p + at + RECORD_FIXED_HEAD, block, n_shared)
-        at += RECORD_FIXED_HEAD + n_shared
-        _put32(p + at, <uint32_t>body_len)
-        at += 4
-        if body_len:
-            memcpy(p + at, &body[0], body_len)
-        at += body_len
-        memcpy(p + at, tail, n_tail)
-        at += n_tail
-        p[at] = <uint8_t>(props_len >> 8)
-        p[at + 1] = <uint8_t>props_len
-        at += 2
-        if props_len:
-            memcpy(p + at, &props[0], props_len)
-        at += props_len
+        at += _put_record(
+            p + at,
+            entries[i],
+            queue_id,
+            queue_offset,
+            pos + DLEDGER_HEAD,
+            block,
+            n_shared,
+            tail,
+            n_tail,
+            record_base,
+        )
         queue_offset += 1
         index += 1
     if at != total:
