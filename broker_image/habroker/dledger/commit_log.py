@@ -31,6 +31,10 @@ log = logging.getLogger(__name__)
 
 _I32 = struct.Struct(">i")
 _ENTRY_HEAD = struct.Struct(">iiqqq")  # magic, size, index, term, pos
+
+UnitsDispatch = Callable[[str, int, int, bytes, int], None]
+"""(topic, queue id, first queue offset, 20-byte units, commit-log offset past the last record):
+a run of units for one consume queue (``MessageStore.dispatch_units``)."""
 _I16 = struct.Struct(">h")
 # an entry's header and its record's header (spec §1.1: TOTALSIZE .. PHYSICALOFFSET, the block
 # a batch shares, BODYLENGTH) packed at once; keyed by the shared block's length
@@ -152,9 +156,14 @@ class DLedgerReput(ReputMessageService):
         commit_log: DLedgerCommitLog,
         dispatch: Callable[[DispatchTuple], None],
         delay_levels: Sequence[int] = DELAY_LEVELS_MS,
+        dispatch_units: UnitsDispatch | None = None,
     ) -> None:
         super().__init__(commit_log, dispatch, lambda: False, delay_levels)
         self.store = commit_log.dledger_store
+        #: where runs of units made by the compiled walk go (a follower's, and a leader's for
+        #: entries it did not plan); without it, or without the codec, every entry is parsed
+        #: and dispatched one by one
+        self.dispatch_units = dispatch_units if native.walk_entries is not None else None
         self.dispatched_index = -1
         #: units the leader made from its own puts, dispatched at commit without a parse:
         #: (index, term, entry position, unit), in index order
@@ -238,7 +247,10 @@ class DLedgerReput(ReputMessageService):
                     self.reput_from_offset = mf.file_end_offset  # on to the next file
                     continue
                 if rel + BODY_OFFSET <= wrote:
-                    walked = self._walk(view, rel, wrote, pos, index, target, dispatch)
+                    if self.dispatch_units is not None and not self.planned:
+                        walked = self._walk_units(view, rel, wrote, pos, index, target)
+                    else:
+                        walked = self._walk(view, rel, wrote, pos, index, target, dispatch)
                     if walked:
                         count += walked
                         continue
@@ -302,6 +314,25 @@ class DLedgerReput(ReputMessageService):
                 self.reput_from_offset = pos
                 if last_ts is not None:
                     self.last_store_timestamp = last_ts
+        return count
+
+    def _walk_units(
+        self, view: memoryview, rel: int, wrote: int, pos: int, index: int, target: int
+    ) -> int:
+        """:meth:`_walk` compiled: the entries become runs of consume-queue units, each run
+        written to its queue at once.  A failed write leaves the walk where it was: the next
+        pass writes the runs again, and a queue drops the units it already has."""
+        assert native.walk_entries is not None and self.dispatch_units is not None
+        count, walked, last_ts, runs = native.walk_entries(
+            view, rel, wrote, pos, index, target, self.delay_levels
+        )
+        dispatch_units = self.dispatch_units
+        for topic, queue_id, first_offset, units, end in runs:
+            dispatch_units(topic, queue_id, first_offset, units, end)
+        if last_ts is not None:  # walked at least one entry
+            self.dispatched_index = index + count - 1
+            self.reput_from_offset = pos + walked
+            self.last_store_timestamp = last_ts
         return count
 
     def _skip_to_begin(self) -> None:

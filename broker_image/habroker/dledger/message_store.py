@@ -92,7 +92,9 @@ class DLedgerMessageStore(MessageStore):
         super().__init__(config)
         self.dledger = DLedgerServer(settings_from(config), self._committed)
         self.commit_log = DLedgerCommitLog(self.dledger.store, config.mappedFileSizeCommitLog)
-        self.reput = DLedgerReput(self.commit_log, self._dispatch, config.delay_levels_ms)
+        self.reput = DLedgerReput(
+            self.commit_log, self._dispatch, config.delay_levels_ms, self._dispatch_units
+        )
         self.dreput = self.reput
         self._queues_cleaned_to = 0
         self._begin_seen = -1

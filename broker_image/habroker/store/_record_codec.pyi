@@ -40,3 +40,12 @@ def parse_record(
     check_crc: bool,
     delay_levels: Sequence[int] = ...,
 ) -> DispatchTuple | int: ...
+def walk_entries(
+    buf: bytes | bytearray | memoryview,
+    rel: int,
+    wrote: int,
+    pos: int,
+    index: int,
+    target: int,
+    delay_levels: Sequence[int] = ...,
+) -> tuple[int, int, int | None, list[tuple[str, int, int, bytes, int]]]: ...

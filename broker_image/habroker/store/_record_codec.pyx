@@ -10,7 +10,7 @@ bench/analysis.md ("compiled record codec").
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
 from habroker.message import body_crc32 as crc32
 
 # ENTRY: totalSize, magic, bodyCRC, flag, bodyLength (5 x int32), body, propertiesLength (int16)
@@ -262,31 +262,49 @@ cdef Py_ssize_t _find_tags(const uint8_t* b, Py_ssize_t n, Py_ssize_t start) noe
     return -1
 
 
-def unit_tags_code(topic, props, int64_t store_timestamp, delay_levels=_DELAY_LEVELS_MS):
-    """:func:`habroker.message.unit_tags_code`, compiled for the common case (one TAGS
-    property of ASCII text, not SCHEDULE_TOPIC_XXXX); anything else is the Python function's."""
-    cdef const uint8_t[::1] view = props
-    cdef Py_ssize_t n = view.shape[0], i, j, stop
-    cdef const uint8_t* b
+cdef object _tags_code_at(
+    topic, const uint8_t* b, Py_ssize_t n, int64_t store_timestamp, delay_levels, props
+):
+    """tagsCode of the properties ``b[:n]`` (``props``: the same bytes as an object, or None to
+    make one only if the Python function is needed)."""
+    cdef Py_ssize_t i, j, stop
     cdef uint32_t h = 0
     if n == 0:
         return 0
     if topic == _SCHEDULE_TOPIC:
-        return _unit_tags_code_py(topic, props, store_timestamp, delay_levels)
-    b = &view[0]
+        return _tags_code_py(topic, b, n, store_timestamp, delay_levels, props)
     i = _find_tags(b, n, 0)
     if i < 0:
         return 0
     if (i != 0 and b[i - 1] != 2) or _find_tags(b, n, i + 5) >= 0:
-        return _unit_tags_code_py(topic, props, store_timestamp, delay_levels)
+        return _tags_code_py(topic, b, n, store_timestamp, delay_levels, props)
     stop = i + 5
     while stop < n and b[stop] != 2:
         stop += 1
     for j in range(i + 5, stop):
         if b[j] >= 128:  # UTF-16 code units: the Python function's
-            return _unit_tags_code_py(topic, props, store_timestamp, delay_levels)
+            return _tags_code_py(topic, b, n, store_timestamp, delay_levels, props)
         h = 31 * h + b[j]
     return <int32_t>h
+
+
+cdef object _tags_code_py(
+    topic, const uint8_t* b, Py_ssize_t n, int64_t store_timestamp, delay_levels, props
+):
+    if props is None:
+        props = PyBytes_FromStringAndSize(<const char*>b, n)
+    return _unit_tags_code_py(topic, props, store_timestamp, delay_levels)
+
+
+def unit_tags_code(topic, props, int64_t store_timestamp, delay_levels=_DELAY_LEVELS_MS):
+    """:func:`habroker.message.unit_tags_code`, compiled for the common case (one TAGS
+    property of ASCII text, not SCHEDULE_TOPIC_XXXX); anything else is the Python function's."""
+    cdef const uint8_t[::1] view = props
+    cdef Py_ssize_t n = view.shape[0]
+    if n == 0:
+        return 0
+    return _tags_code_at(topic, &view[0], n, store_timestamp, delay_levels, props)
+
 
 cdef enum:
     MIN_RECORD_SIZE = 91
@@ -302,20 +320,34 @@ cdef inline int64_t _i64(const uint8_t* p) noexcept nogil:
     return <int64_t>((<unsigned long long><uint32_t>_i32(p) << 32) | <uint32_t>_i32(p + 4))
 
 
-def parse_record(buf, Py_ssize_t pos, bint check_crc, delay_levels=_DELAY_LEVELS_MS):
-    """:func:`habroker.message.parse_record`, compiled: the same tuple or the same size outcome
-    (0 BLANK, -1 failure, TOTALSIZE on a length mismatch) for every input."""
-    cdef const uint8_t[::1] view = buf
-    cdef Py_ssize_t n = view.shape[0]
+cdef struct Record:
+    Py_ssize_t total
+    int queue_id
+    int sys_flag
+    int64_t queue_offset
+    int64_t phys
+    int64_t store_ts
+    Py_ssize_t topic_at
+    Py_ssize_t topic_len
+    Py_ssize_t props_at
+    Py_ssize_t props_len
+
+
+cdef enum:
+    PARSED = -2  # _parse filled its Record
+
+
+cdef Py_ssize_t _parse(
+    object buf, const uint8_t* b, Py_ssize_t n, Py_ssize_t pos, bint check_crc, Record* r
+) except -3:
+    """The record at ``b[pos:n]``: PARSED with ``r`` filled, or the outcome parse_record
+    returns (0 BLANK, -1 failure, TOTALSIZE on a length mismatch)."""
     cdef Py_ssize_t left = n - pos
-    cdef const uint8_t* b
-    cdef int magic, crc, queue_id, sys_flag, tl
-    cdef int64_t queue_offset, phys, store_ts
+    cdef int magic, crc, tl
     # 64-bit: sums of lengths read from the record must not wrap
     cdef Py_ssize_t total, body_len, topic_len, props_len, p, q, end, tail_len
     if pos < 0 or left < 8:
         return -1
-    b = &view[0]
     total = _i32(b + pos)
     magic = _i32(b + pos + 4)
     if magic == MAGIC_V1:
@@ -329,22 +361,22 @@ def parse_record(buf, Py_ssize_t pos, bint check_crc, delay_levels=_DELAY_LEVELS
     if total < MIN_RECORD_SIZE or total > left:
         return -1
     crc = _i32(b + pos + 8)
-    queue_id = _i32(b + pos + 12)
-    queue_offset = _i64(b + pos + 20)
-    phys = _i64(b + pos + 28)
-    sys_flag = _i32(b + pos + 36)
-    if sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG):
-        p = pos + (68 if sys_flag & BORNHOST_V6_FLAG else 56)
+    r.queue_id = _i32(b + pos + 12)
+    r.queue_offset = _i64(b + pos + 20)
+    r.phys = _i64(b + pos + 28)
+    r.sys_flag = _i32(b + pos + 36)
+    if r.sys_flag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG):
+        p = pos + (68 if r.sys_flag & BORNHOST_V6_FLAG else 56)
         if p + 8 > n:
             return -1
-        store_ts = _i64(b + p)
-        p += 40 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 28
+        r.store_ts = _i64(b + p)
+        p += 40 if r.sys_flag & STOREHOSTADDRESS_V6_FLAG else 28
         if p + 4 > n:
             return -1
         body_len = _i32(b + p)
         p += 4
     else:
-        store_ts = _i64(b + pos + 56)
+        r.store_ts = _i64(b + pos + 56)
         body_len = _i32(b + pos + 84)
         p = pos + 88
     if body_len > 0:
@@ -373,15 +405,128 @@ def parse_record(buf, Py_ssize_t pos, bint check_crc, delay_levels=_DELAY_LEVELS
         props_len -= 65536
     if q + 2 + (props_len if props_len > 0 else 0) != tail_len:
         return total
-    raw_topic = PyBytes_FromStringAndSize(<const char*>(b + p + tl), topic_len)
+    r.total = total
+    r.topic_at = p + tl
+    r.topic_len = topic_len
+    r.props_at = p + q + 2
+    r.props_len = props_len if props_len > 0 else 0
+    return PARSED
+
+
+cdef object _topic(const uint8_t* b, Record* r):
+    raw_topic = PyBytes_FromStringAndSize(<const char*>(b + r.topic_at), r.topic_len)
     topic = _topic_cache.get(raw_topic)
     if topic is None:
         topic = raw_topic.decode("utf-8", "replace")
         if len(_topic_cache) > 10_000:
             _topic_cache.clear()
         _topic_cache[raw_topic] = topic
-    code = 0
-    if props_len > 0:
-        props = PyBytes_FromStringAndSize(<const char*>(b + p + q + 2), props_len)
-        code = unit_tags_code(topic, props, store_ts, delay_levels)
-    return (topic, queue_id, phys, total, code, store_ts, queue_offset, sys_flag)
+    return topic
+
+
+def parse_record(buf, Py_ssize_t pos, bint check_crc, delay_levels=_DELAY_LEVELS_MS):
+    """:func:`habroker.message.parse_record`, compiled: the same tuple or the same size outcome
+    (0 BLANK, -1 failure, TOTALSIZE on a length mismatch) for every input."""
+    cdef const uint8_t[::1] view = buf
+    cdef Py_ssize_t n = view.shape[0]
+    cdef Record r
+    if pos < 0 or n - pos < 8:
+        return -1
+    cdef const uint8_t* b = &view[0]
+    cdef Py_ssize_t outcome = _parse(buf, b, n, pos, check_crc, &r)
+    if outcome != PARSED:
+        return outcome
+    topic = _topic(b, &r)
+    code = _tags_code_at(topic, b + r.props_at, r.props_len, r.store_ts, delay_levels, None)
+    return (topic, r.queue_id, r.phys, r.total, code, r.store_ts, r.queue_offset, r.sys_flag)
+
+
+# -- DLedger dispatch: committed entries walked into consume-queue units --------------------------
+cdef enum:
+    CQ_UNIT = 20  # phys (8), size (4), tagsCode (8)
+    TRANSACTION_TYPE_MASK = 0x00C
+    TRANSACTION_COMMIT_TYPE = 0x008
+
+
+def walk_entries(
+    buf,
+    Py_ssize_t rel,
+    Py_ssize_t wrote,
+    int64_t pos,
+    int64_t index,
+    int64_t target,
+    delay_levels=_DELAY_LEVELS_MS,
+):
+    """The DLedger entries back to back in ``buf`` from ``rel`` (entry ``index`` at log position
+    ``pos``) up to entry ``target`` and byte ``wrote``, as consume-queue units.
+
+    Returns ``(entries walked, bytes walked, store time of the last, runs)``; a run is
+    ``(topic, queue id, first queue offset, units, end)``: the 20-byte units of consecutive
+    queue offsets of one queue, ``end`` the commit-log offset past its last record. Stops before
+    an entry that is not where expected, holds no message record, or is a prepared or rolled-back
+    transaction half: the caller's entry-by-entry path (and its logs) takes that one."""
+    cdef const uint8_t[::1] view = buf
+    cdef Py_ssize_t n = view.shape[0], size, start = rel, cap, k = 0, run_start = 0
+    cdef const uint8_t* b
+    cdef uint8_t* u
+    cdef Record r
+    cdef int tran, run_queue = 0
+    cdef int64_t last_ts = 0, next_offset = 0, run_end = 0, code
+    cdef Py_ssize_t run_topic_at = 0, run_topic_len = -1
+    if wrote > n:
+        wrote = n
+    if rel < 0 or index > target or rel + DLEDGER_HEAD > wrote:
+        return 0, 0, None, []
+    b = &view[0]
+    cap = min(target - index + 1, (wrote - rel) // (DLEDGER_HEAD + MIN_RECORD_SIZE) + 1)
+    units = PyBytes_FromStringAndSize(NULL, cap * CQ_UNIT)
+    u = <uint8_t*>PyBytes_AS_STRING(units)
+    runs = []
+    run = None
+    while k < cap and index <= target and rel + DLEDGER_HEAD <= wrote:
+        size = _i32(b + rel + 4)
+        if (
+            _i64(b + rel + 8) != index
+            or _i64(b + rel + 24) != pos
+            or size < DLEDGER_HEAD
+            or rel + size > wrote
+        ):
+            break
+        if _parse(buf, b, rel + size, rel + DLEDGER_HEAD, False, &r) != PARSED:
+            break
+        tran = r.sys_flag & TRANSACTION_TYPE_MASK
+        if tran and tran != TRANSACTION_COMMIT_TYPE:
+            break
+        if (
+            run is None
+            or r.queue_id != run_queue
+            or r.queue_offset != next_offset
+            or r.phys + r.total <= run_end
+            or r.topic_len != run_topic_len
+            or memcmp(b + r.topic_at, b + run_topic_at, r.topic_len) != 0
+        ):
+            if run is not None:
+                run[3] = PyBytes_FromStringAndSize(<const char*>(u + run_start), k * CQ_UNIT - run_start)
+                run[4] = run_end
+                runs.append(tuple(run))
+            run = [_topic(b, &r), r.queue_id, r.queue_offset, None, 0]
+            run_start = k * CQ_UNIT
+            run_queue = r.queue_id
+            run_topic_at = r.topic_at
+            run_topic_len = r.topic_len
+        code = _tags_code_at(run[0], b + r.props_at, r.props_len, r.store_ts, delay_levels, None)
+        _put64(u + k * CQ_UNIT, r.phys)
+        _put32(u + k * CQ_UNIT + 8, <uint32_t>r.total)
+        _put64(u + k * CQ_UNIT + 12, code)
+        k += 1
+        next_offset = r.queue_offset + 1
+        run_end = r.phys + r.total
+        last_ts = r.store_ts
+        index += 1
+        pos += size
+        rel += size
+    if run is not None:
+        run[3] = PyBytes_FromStringAndSize(<const char*>(u + run_start), k * CQ_UNIT - run_start)
+        run[4] = run_end
+        runs.append(tuple(run))
+    return k, rel - start, (last_ts if k else None), runs

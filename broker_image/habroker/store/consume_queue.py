@@ -144,6 +144,28 @@ class ConsumeQueue:
                 return True
         return self._put_unit_slow(offset, size, tags_code, queue_offset)
 
+    def put_units(self, units: bytes, queue_offset: int, end: int) -> None:
+        """Write units for consecutive queue offsets from ``queue_offset``, their records in
+        commit-log order ending at ``end``: one copy when they follow this queue's last unit in
+        its last file; otherwise unit by unit, as :meth:`put_unit` (duplicates dropped)."""
+        files = self.queue.files
+        n = len(units)
+        if files and n:
+            mf = files[-1]
+            pos = mf.wrote_position
+            phys, size, _tags = UNIT.unpack_from(units, 0)
+            if (
+                pos + n <= mf.file_size
+                and mf.file_from_offset + pos == queue_offset * CQ_STORE_UNIT_SIZE
+                and phys + size > self.max_physic_offset
+            ):
+                mf.mm[pos : pos + n] = units
+                mf.wrote_position = pos + n
+                self.max_physic_offset = end
+                return
+        for i, (phys, size, tags) in enumerate(UNIT.iter_unpack(units)):
+            self.put_unit(phys, size, tags, queue_offset + i)
+
     def _put_unit_slow(self, offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
         """First unit of a queue, a new file, or a gap or overlap in queue offsets."""
         expect = queue_offset * CQ_STORE_UNIT_SIZE

@@ -366,6 +366,19 @@ class MessageStore:
             cq = found
         cq.put_unit(phys, size, tags, queue_offset)
 
+    def _dispatch_units(
+        self, topic: str, queue_id: int, first_offset: int, units: bytes, end: int
+    ) -> None:
+        """Index a run of units for one queue (consecutive queue offsets from ``first_offset``,
+        ``end`` past the last record), made by the compiled walk of committed entries."""
+        last = self._last_cq
+        if last is not None and last.queue_id == queue_id and last.topic == topic:
+            cq: ConsumeQueue | None = last
+        else:
+            cq = self._find_consume_queue(topic, queue_id, end)
+        if cq is not None:
+            cq.put_units(units, first_offset, end)
+
     def _find_consume_queue(self, topic: str, queue_id: int, phys: int) -> ConsumeQueue | None:
         """The queue a record at ``phys`` goes to, made if new; None if no queue can hold it."""
         found = self.consume_queues.get((topic, queue_id))

@@ -44,6 +44,15 @@ unit_tags_code: Callable[[str, bytes, int, Sequence[int]], int] = (
 built: the put path's and the dispatcher's."""
 
 
+WalkedUnits = tuple[int, int, int | None, list[tuple[str, int, int, bytes, int]]]
+
+walk_entries: Callable[[memoryview, int, int, int, int, int, Sequence[int]], WalkedUnits] | None = (
+    codec.walk_entries if codec is not None else None
+)
+"""Committed DLedger entries walked into runs of consume-queue units, where compiled; None
+where not (``DLedgerReput`` then parses and dispatches entry by entry)."""
+
+
 def describe() -> str:
     """What a broker logs at start."""
     if codec is not None:
