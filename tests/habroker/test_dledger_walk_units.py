@@ -1,26 +1,33 @@
-"""Committed DLedger entries indexed by the compiled walk (``walk_entries`` → runs of units →
-``ConsumeQueue.put_units``) must give the consume queues exactly what the entry-by-entry
-path gives (parse each record, ``put_unit`` each unit): the same units at the same queue
-offsets, the same skips, the same place to go on from. Both run over the same real data files."""
+"""A commit log indexed by the compiled walk (``walk_entries`` for committed DLedger entries,
+``walk_records`` for a classic slave's replicated records → runs of units →
+``ConsumeQueue.put_units``) must give the consume queues exactly what the one-by-one path
+gives (parse each record, ``put_unit`` each unit): the same units at the same queue offsets,
+the same skips, the same place to go on from. Both run over the same real files."""
 
 from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 from habroker.dledger.commit_log import DLedgerCommitLog, DLedgerReput
 from habroker.dledger.message_store import _patch_physical_offset
 from habroker.message import (
+    END_FILE_MIN_BLANK_LENGTH,
     MAGIC_V1,
     MAGIC_V2,
     SCHEDULE_TOPIC,
     TRANSACTION_TYPE_MASK,
     DispatchTuple,
+    blank_record,
     encode_record,
+    parse_record,
 )
 from habroker.store import native
+from habroker.store.commit_log import CommitLog
 from habroker.store.consume_queue import UNIT, ConsumeQueue
+from habroker.store.dispatcher import ReputMessageService
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -70,12 +77,8 @@ def _bodies(rng: random.Random, count: int) -> list[bytes]:
     return out
 
 
-def _index(root: Path, bodies: list[bytes], committed: int, units: bool) -> tuple:
-    """Everything the walk leaves behind: each queue's file bytes and where the walk stopped."""
-    store = open_store(root / "log")
-    store.current_term = lambda: 1
-    for at in range(0, len(bodies), 7):
-        store.append_batch_as_leader(bodies[at : at + 7], 1, _patch_physical_offset)
+def _queues(root: Path) -> tuple[dict[tuple[str, int], ConsumeQueue], Any, Any]:
+    """Consume queues made on first use, fed one unit or one run at a time."""
     queues: dict[tuple[str, int], ConsumeQueue] = {}
 
     def queue(topic: str, queue_id: int) -> ConsumeQueue:
@@ -94,16 +97,30 @@ def _index(root: Path, bodies: list[bytes], committed: int, units: bool) -> tupl
     def dispatch_units(topic: str, queue_id: int, first: int, units: bytes, end: int) -> None:
         queue(topic, queue_id).put_units(units, first, end)
 
+    return queues, dispatch, dispatch_units
+
+
+def _files(queues: dict[tuple[str, int], ConsumeQueue]) -> dict[tuple[str, int], bytes]:
+    return {
+        key: b"".join(bytes(mf.view[: mf.wrote_position]) for mf in cq.queue.files)
+        for key, cq in queues.items()
+    }
+
+
+def _index(root: Path, bodies: list[bytes], committed: int, units: bool) -> tuple:
+    """Everything the walk leaves behind: each queue's file bytes and where the walk stopped."""
+    store = open_store(root / "log")
+    store.current_term = lambda: 1
+    for at in range(0, len(bodies), 7):
+        store.append_batch_as_leader(bodies[at : at + 7], 1, _patch_physical_offset)
+    queues, dispatch, dispatch_units = _queues(root)
     reput = DLedgerReput(
         DLedgerCommitLog(store, FILE), dispatch, dispatch_units=dispatch_units if units else None
     )
     reput.start_after(-1)
     store.update_committed_index(1, committed)
     count = reput.do_reput()
-    files = {
-        key: b"".join(bytes(mf.view[: mf.wrote_position]) for mf in cq.queue.files)
-        for key, cq in queues.items()
-    }
+    files = _files(queues)
     state = (count, reput.dispatched_index, reput.reput_from_offset, reput.last_store_timestamp)
     store.close()
     return files, state
@@ -193,3 +210,62 @@ def test_put_units_writes_what_put_unit_writes(
     assert [bytes(mf.view[: mf.wrote_position]) for mf in bulk.queue.files] == [
         bytes(mf.view[: mf.wrote_position]) for mf in single.queue.files
     ]
+
+
+def _classic_log(bodies: list[bytes], file_size: int) -> bytes:
+    """The records as a master lays them out: PHYSICALOFFSET patched, a BLANK before a record
+    that would leave fewer than 8 bytes in its file."""
+    out = bytearray()
+    for body in bodies:
+        room = file_size - len(out) % file_size
+        if len(body) + END_FILE_MIN_BLANK_LENGTH > room:
+            out += blank_record(room) + bytes(room - END_FILE_MIN_BLANK_LENGTH)
+        record = bytearray(body)
+        if len(record) >= 36:
+            record[28:36] = len(out).to_bytes(8, "big")
+        out += record
+    return bytes(out)
+
+
+def _replicate(root: Path, log: bytes, chunks: list[int], units: bool, file_size: int) -> tuple:
+    """A slave's commit log filled chunk by chunk (cut anywhere, never across a file end), the
+    dispatcher run after each chunk, in slices as a slave runs it."""
+    commit_log = CommitLog(root / "commitlog", file_size)
+    queues, dispatch, dispatch_units = _queues(root)
+    reput = ReputMessageService(
+        commit_log, dispatch, lambda: True, dispatch_units=dispatch_units if units else None
+    )
+    at = 0
+    counts = []
+    for size in [*chunks, *[file_size] * (len(log) // file_size + 1)]:
+        end = min(len(log), at + size, (at // file_size + 1) * file_size)
+        if end > at:
+            assert commit_log.append_raw(at, log[at:end])
+            at = end
+        counts.append(reput.do_reput_slice(size * 3) + reput.do_reput())
+    assert at == len(log)
+    state = (counts, reput.reput_from_offset, reput.last_store_timestamp)
+    commit_log.queue.close()
+    return _files(queues), state
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    count=st.integers(1, 120),
+    chunks=st.lists(st.integers(1, 5000), max_size=30),
+)
+def test_the_compiled_walk_of_a_slaves_records_indexes_what_the_record_by_record_path_does(
+    tmp_path_factory: pytest.TempPathFactory, seed: int, count: int, chunks: list[int]
+) -> None:
+    # records only: a slave waits at bytes that are none, however many follow
+    bodies = [
+        b
+        for b in _bodies(random.Random(seed), count)
+        if isinstance(parse_record(b, 0, False), tuple)
+    ]
+    log = _classic_log(bodies, FILE)
+    root = tmp_path_factory.mktemp("slave")
+    by_record = _replicate(root / "record", log, chunks, units=False, file_size=FILE)
+    compiled = _replicate(root / "units", log, chunks, units=True, file_size=FILE)
+    assert compiled == by_record

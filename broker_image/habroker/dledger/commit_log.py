@@ -22,7 +22,7 @@ from habroker.dledger.mmap_file_store import MIN_BLANK_LEN, DLedgerMmapFileStore
 from habroker.message import DELAY_LEVELS_MS, MAGIC_V1, DispatchTuple, body_crc32
 from habroker.store import native
 from habroker.store.commit_log import CommitLog
-from habroker.store.dispatcher import ReputMessageService
+from habroker.store.dispatcher import ReputMessageService, UnitsDispatch
 from habroker.store.errors import StoreNotWritable
 from habroker.store.native import parse_record
 from habroker.store.values import BatchEntry, SelectedRegion
@@ -32,9 +32,6 @@ log = logging.getLogger(__name__)
 _I32 = struct.Struct(">i")
 _ENTRY_HEAD = struct.Struct(">iiqqq")  # magic, size, index, term, pos
 
-UnitsDispatch = Callable[[str, int, int, bytes, int], None]
-"""(topic, queue id, first queue offset, 20-byte units, commit-log offset past the last record):
-a run of units for one consume queue (``MessageStore.dispatch_units``)."""
 _I16 = struct.Struct(">h")
 # an entry's header and its record's header (spec §1.1: TOTALSIZE .. PHYSICALOFFSET, the block
 # a batch shares, BODYLENGTH) packed at once; keyed by the shared block's length
@@ -158,12 +155,8 @@ class DLedgerReput(ReputMessageService):
         delay_levels: Sequence[int] = DELAY_LEVELS_MS,
         dispatch_units: UnitsDispatch | None = None,
     ) -> None:
-        super().__init__(commit_log, dispatch, lambda: False, delay_levels)
+        super().__init__(commit_log, dispatch, lambda: False, delay_levels, dispatch_units)
         self.store = commit_log.dledger_store
-        #: where runs of units made by the compiled walk go (a follower's, and a leader's for
-        #: entries it did not plan); without it, or without the codec, every entry is parsed
-        #: and dispatched one by one
-        self.dispatch_units = dispatch_units if native.walk_entries is not None else None
         self.dispatched_index = -1
         #: units the leader made from its own puts, dispatched at commit without a parse:
         #: (index, term, entry position, unit), in index order

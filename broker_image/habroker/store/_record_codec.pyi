@@ -49,3 +49,9 @@ def walk_entries(
     target: int,
     delay_levels: Sequence[int] = ...,
 ) -> tuple[int, int, int | None, list[tuple[str, int, int, bytes, int]]]: ...
+def walk_records(
+    buf: bytes | bytearray | memoryview,
+    rel: int,
+    stop: int,
+    delay_levels: Sequence[int] = ...,
+) -> tuple[int, int, int | None, list[tuple[str, int, int, bytes, int]]]: ...

@@ -441,59 +441,63 @@ def parse_record(buf, Py_ssize_t pos, bint check_crc, delay_levels=_DELAY_LEVELS
     return (topic, r.queue_id, r.phys, r.total, code, r.store_ts, r.queue_offset, r.sys_flag)
 
 
-# -- DLedger dispatch: committed entries walked into consume-queue units --------------------------
+# -- dispatch walks: records (a classic commit log) or DLedger entries into consume-queue units --
 cdef enum:
     CQ_UNIT = 20  # phys (8), size (4), tagsCode (8)
     TRANSACTION_TYPE_MASK = 0x00C
     TRANSACTION_COMMIT_TYPE = 0x008
 
 
-def walk_entries(
+cdef tuple _walk(
     buf,
     Py_ssize_t rel,
     Py_ssize_t wrote,
+    bint entries,
     int64_t pos,
     int64_t index,
     int64_t target,
-    delay_levels=_DELAY_LEVELS_MS,
+    delay_levels,
 ):
-    """The DLedger entries back to back in ``buf`` from ``rel`` (entry ``index`` at log position
-    ``pos``) up to entry ``target`` and byte ``wrote``, as consume-queue units.
-
-    Returns ``(entries walked, bytes walked, store time of the last, runs)``; a run is
-    ``(topic, queue id, first queue offset, units, end)``: the 20-byte units of consecutive
-    queue offsets of one queue, ``end`` the commit-log offset past its last record. Stops before
-    an entry that is not where expected, holds no message record, or is a prepared or rolled-back
-    transaction half: the caller's entry-by-entry path (and its logs) takes that one."""
+    """The records back to back in ``buf`` from ``rel``, each behind a DLedger entry header when
+    ``entries`` (entry ``index`` at log position ``pos``, up to entry ``target``), as runs of
+    consume-queue units; see :func:`walk_entries` and :func:`walk_records`."""
     cdef const uint8_t[::1] view = buf
-    cdef Py_ssize_t n = view.shape[0], size, start = rel, cap, k = 0, run_start = 0
+    cdef Py_ssize_t n = view.shape[0], size, start = rel, cap, k = 0, run_start = 0, head
     cdef const uint8_t* b
     cdef uint8_t* u
     cdef Record r
     cdef int tran, run_queue = 0
     cdef int64_t last_ts = 0, next_offset = 0, run_end = 0, code
     cdef Py_ssize_t run_topic_at = 0, run_topic_len = -1
+    head = DLEDGER_HEAD if entries else 0
     if wrote > n:
         wrote = n
-    if rel < 0 or index > target or rel + DLEDGER_HEAD > wrote:
+    if rel < 0 or index > target or rel + head + 8 > wrote:
         return 0, 0, None, []
     b = &view[0]
-    cap = min(target - index + 1, (wrote - rel) // (DLEDGER_HEAD + MIN_RECORD_SIZE) + 1)
+    cap = min(target - index + 1, (wrote - rel) // (head + MIN_RECORD_SIZE) + 1)
     units = PyBytes_FromStringAndSize(NULL, cap * CQ_UNIT)
     u = <uint8_t*>PyBytes_AS_STRING(units)
     runs = []
     run = None
-    while k < cap and index <= target and rel + DLEDGER_HEAD <= wrote:
-        size = _i32(b + rel + 4)
-        if (
-            _i64(b + rel + 8) != index
-            or _i64(b + rel + 24) != pos
-            or size < DLEDGER_HEAD
-            or rel + size > wrote
-        ):
-            break
-        if _parse(buf, b, rel + size, rel + DLEDGER_HEAD, False, &r) != PARSED:
-            break
+    while k < cap and index <= target and rel + head + 8 <= wrote:
+        if entries:
+            if rel + DLEDGER_HEAD > wrote:
+                break
+            size = _i32(b + rel + 4)
+            if (
+                _i64(b + rel + 8) != index
+                or _i64(b + rel + 24) != pos
+                or size < DLEDGER_HEAD
+                or rel + size > wrote
+            ):
+                break
+            if _parse(buf, b, rel + size, rel + DLEDGER_HEAD, False, &r) != PARSED:
+                break
+        else:
+            if _parse(buf, b, n, rel, False, &r) != PARSED:
+                break
+            size = r.total
         tran = r.sys_flag & TRANSACTION_TYPE_MASK
         if tran and tran != TRANSACTION_COMMIT_TYPE:
             break
@@ -506,7 +510,9 @@ def walk_entries(
             or memcmp(b + r.topic_at, b + run_topic_at, r.topic_len) != 0
         ):
             if run is not None:
-                run[3] = PyBytes_FromStringAndSize(<const char*>(u + run_start), k * CQ_UNIT - run_start)
+                run[3] = PyBytes_FromStringAndSize(
+                    <const char*>(u + run_start), k * CQ_UNIT - run_start
+                )
                 run[4] = run_end
                 runs.append(tuple(run))
             run = [_topic(b, &r), r.queue_id, r.queue_offset, None, 0]
@@ -530,3 +536,32 @@ def walk_entries(
         run[4] = run_end
         runs.append(tuple(run))
     return k, rel - start, (last_ts if k else None), runs
+
+
+def walk_entries(
+    buf,
+    Py_ssize_t rel,
+    Py_ssize_t wrote,
+    int64_t pos,
+    int64_t index,
+    int64_t target,
+    delay_levels=_DELAY_LEVELS_MS,
+):
+    """The DLedger entries back to back in ``buf`` from ``rel`` (entry ``index`` at log position
+    ``pos``) up to entry ``target`` and byte ``wrote``, as consume-queue units.
+
+    Returns ``(entries walked, bytes walked, store time of the last, runs)``; a run is
+    ``(topic, queue id, first queue offset, units, end)``: the 20-byte units of consecutive
+    queue offsets of one queue, ``end`` the commit-log offset past its last record. Stops before
+    an entry that is not where expected, holds no message record, or is a prepared or rolled-back
+    transaction half: the caller's entry-by-entry path (and its logs) takes that one."""
+    return _walk(buf, rel, wrote, True, pos, index, target, delay_levels)
+
+
+def walk_records(buf, Py_ssize_t rel, Py_ssize_t stop, delay_levels=_DELAY_LEVELS_MS):
+    """The commit-log records in ``buf`` from ``rel`` while they start before ``stop`` (and
+    end inside ``buf``), as consume-queue units: :func:`walk_entries`' answer for a classic
+    commit log. Stops before a BLANK, a record cut short or damaged, or a prepared or
+    rolled-back transaction half: the caller's record-by-record path takes that one."""
+    # a record may end past ``stop`` (a slice's budget) but not past the buffer
+    return _walk(buf, rel, stop, False, 0, 0, (stop - rel) if stop > rel else -1, delay_levels)

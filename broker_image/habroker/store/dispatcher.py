@@ -11,10 +11,15 @@ import logging
 from collections.abc import Callable, Sequence
 
 from habroker.message import DELAY_LEVELS_MS, DispatchTuple
+from habroker.store import native
 from habroker.store.commit_log import CommitLog
 from habroker.store.native import parse_record
 
 log = logging.getLogger(__name__)
+
+UnitsDispatch = Callable[[str, int, int, bytes, int], None]
+"""(topic, queue id, first queue offset, 20-byte units, commit-log offset past the last record):
+a run of units for one consume queue, made by the compiled walk (``MessageStore._dispatch_units``)."""
 
 
 class ReputMessageService:
@@ -24,9 +29,13 @@ class ReputMessageService:
         dispatch: Callable[[DispatchTuple], None],
         is_slave: Callable[[], bool],
         delay_levels: Sequence[int] = DELAY_LEVELS_MS,
+        dispatch_units: UnitsDispatch | None = None,
     ) -> None:
         self.commit_log = commit_log
         self.dispatch = dispatch
+        #: where runs of units made by the compiled walk go; without it, or without the
+        #: codec, every record is parsed and dispatched one by one
+        self.dispatch_units = dispatch_units if native.codec is not None else None
         self.is_slave = is_slave
         self.delay_levels = delay_levels  # messageDelayLevel (ms): schedule units' tagsCode
         self.reput_from_offset = 0
@@ -49,6 +58,8 @@ class ReputMessageService:
         cl = self.commit_log
         queue = cl.queue
         dispatch = self.dispatch
+        dispatch_units = self.dispatch_units
+        walk = native.walk_records if dispatch_units is not None else None
         delay_levels = self.delay_levels
         count = 0
         while True:
@@ -76,6 +87,15 @@ class ReputMessageService:
             view = mf.view[:wrote]
             try:
                 while pos < lim:
+                    if walk is not None and dispatch_units is not None:
+                        walked, size, last_ts, runs = walk(view, pos, lim, delay_levels)
+                        if last_ts is not None:
+                            for topic, queue_id, first_offset, units, end in runs:
+                                dispatch_units(topic, queue_id, first_offset, units, end)
+                            self.last_store_timestamp = last_ts
+                            count += walked
+                            pos += size
+                            continue
                     parsed = parse_record(view, pos, False, delay_levels)
                     if isinstance(parsed, tuple):
                         dispatch(parsed)

@@ -115,7 +115,11 @@ class MessageStore:
         self.commit_log = CommitLog(config.commit_log_dir, config.mappedFileSizeCommitLog)
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
         self.reput = ReputMessageService(
-            self.commit_log, self._dispatch, self._is_slave, config.delay_levels_ms
+            self.commit_log,
+            self._dispatch,
+            self._is_slave,
+            config.delay_levels_ms,
+            self._dispatch_units,
         )
         self.checkpoint: StoreCheckpoint | None = None
         self._queue_offsets: dict[tuple[str, int], int] = {}
@@ -370,7 +374,7 @@ class MessageStore:
         self, topic: str, queue_id: int, first_offset: int, units: bytes, end: int
     ) -> None:
         """Index a run of units for one queue (consecutive queue offsets from ``first_offset``,
-        ``end`` past the last record), made by the compiled walk of committed entries."""
+        ``end`` past the last record), made by the compiled walk of the commit log."""
         last = self._last_cq
         if last is not None and last.queue_id == queue_id and last.topic == topic:
             cq: ConsumeQueue | None = last

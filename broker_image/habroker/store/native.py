@@ -52,6 +52,12 @@ walk_entries: Callable[[memoryview, int, int, int, int, int, Sequence[int]], Wal
 """Committed DLedger entries walked into runs of consume-queue units, where compiled; None
 where not (``DLedgerReput`` then parses and dispatches entry by entry)."""
 
+walk_records: Callable[[memoryview, int, int, Sequence[int]], WalkedUnits] | None = (
+    codec.walk_records if codec is not None else None
+)
+"""Commit-log records walked into runs of consume-queue units, where compiled; None where not
+(``ReputMessageService`` then parses and dispatches record by record)."""
+
 
 def describe() -> str:
     """What a broker logs at start."""
