@@ -360,28 +360,26 @@ class MessageStore:
         tran = sys_flag & TRANSACTION_TYPE_MASK
         if tran and tran != TRANSACTION_COMMIT_TYPE:
             return  # prepared and rolled-back halves never enter a consume queue
-        last = self._last_cq
-        if last is not None and last.queue_id == queue_id and last.topic == topic:
-            cq = last
-        else:
-            found = self._find_consume_queue(topic, queue_id, phys)
-            if found is None:
-                return
-            cq = found
-        cq.put_unit(phys, size, tags, queue_offset)
+        cq = self._queue_for(topic, queue_id, phys)
+        if cq is not None:
+            cq.put_unit(phys, size, tags, queue_offset)
 
     def _dispatch_units(
         self, topic: str, queue_id: int, first_offset: int, units: bytes, end: int
     ) -> None:
         """Index a run of units for one queue (consecutive queue offsets from ``first_offset``,
         ``end`` past the last record), made by the compiled walk of the commit log."""
-        last = self._last_cq
-        if last is not None and last.queue_id == queue_id and last.topic == topic:
-            cq: ConsumeQueue | None = last
-        else:
-            cq = self._find_consume_queue(topic, queue_id, end)
+        cq = self._queue_for(topic, queue_id, end)
         if cq is not None:
             cq.put_units(units, first_offset, end)
+
+    def _queue_for(self, topic: str, queue_id: int, phys: int) -> ConsumeQueue | None:
+        """The queue of the last dispatch when it is this one (dispatch comes in runs of one
+        queue), else :meth:`_find_consume_queue`."""
+        last = self._last_cq
+        if last is not None and last.queue_id == queue_id and last.topic == topic:
+            return last
+        return self._find_consume_queue(topic, queue_id, phys)
 
     def _find_consume_queue(self, topic: str, queue_id: int, phys: int) -> ConsumeQueue | None:
         """The queue a record at ``phys`` goes to, made if new; None if no queue can hold it."""
@@ -409,11 +407,7 @@ class MessageStore:
         make (tests/habroker/test_store_dispatch_put.py holds them side by side)."""
         tran = plan.sys_flag & TRANSACTION_TYPE_MASK
         if not tran or tran == TRANSACTION_COMMIT_TYPE:
-            last = self._last_cq
-            if last is not None and last.queue_id == queue_id and last.topic == topic:
-                cq: ConsumeQueue | None = last
-            else:
-                cq = self._find_consume_queue(topic, queue_id, at)
+            cq = self._queue_for(topic, queue_id, at)
             if cq is not None:
                 put_unit = cq.put_unit
                 levels = self.reput.delay_levels  # parsed once, at start
