@@ -31,7 +31,6 @@ log = logging.getLogger(__name__)
 
 _I32 = struct.Struct(">i")
 _ENTRY_HEAD = struct.Struct(">iiqqq")  # magic, size, index, term, pos
-
 _I16 = struct.Struct(">h")
 # an entry's header and its record's header (spec §1.1: TOTALSIZE .. PHYSICALOFFSET, the block
 # a batch shares, BODYLENGTH) packed at once; keyed by the shared block's length
