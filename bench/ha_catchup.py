@@ -11,7 +11,9 @@ Each run measures, in separate processes as deployed (master and slave do not sh
 * ``ha_copy_only`` (diagnostic): the same with the slave store's dispatcher switched off, to
   show how much of the slave's time is the HA path and how much is indexing records.
 
-Runs rotate the order (the machine's speed drifts); the result is min/median/max of each,
+Runs rotate the order (the machine's speed drifts), and each phase starts after an untimed
+``sync``: 2 GiB written by the phase before (or by building the backlog) is otherwise still
+being written back, and throttles whichever phase comes next. The result is min/median/max of each,
 CPU seconds per GB on each side (what the transfer costs, whatever the machine's load), and
 the ratio of medians. JSON goes
 to ``bench/results/ha_catchup.json`` and a plot beside it.
@@ -408,6 +410,9 @@ def main() -> None:
         for i in range(opts.runs):
             run: dict[str, float] = {}
             for kind in kinds[i % 3 :] + kinds[: i % 3]:
+                # untimed: the previous phase's (or the backlog's) dirty pages reach the disk
+                # first, so no phase pays for another's writeback
+                os.sync()
                 if kind == "limit":
                     measured = run_limit(master_root, work, target)
                 else:
