@@ -24,6 +24,7 @@ from habroker.store.commit_log import disk_used_ratio
 
 if TYPE_CHECKING:
     from habroker.broker import BrokerController
+    from habroker.dledger.message_store import DLedgerMessageStore
 
 LABELS = ("broker", "brokerId")
 # produce waits for SYNC_FLUSH / SYNC_MASTER acks up to syncFlushTimeout (5 s by default)
@@ -109,6 +110,8 @@ class BrokerCollector(Collector):
             yield from self._slave(fams, status["slave"])
         if broker.role in MASTER_ROLES:
             yield self._consumer_lag(fams)
+        if broker.dledger_store is not None:
+            yield from self._dledger(fams, broker.dledger_store)
 
     def _store(self, f: _Families) -> Iterator[Metric]:
         store = self.broker.store
@@ -292,6 +295,60 @@ class BrokerCollector(Collector):
             "habroker_ha_reconnects",
             "Reconnections to the master.",
             int(sl.get("reconnects") or 0),
+        )
+
+    def _dledger(self, f: _Families, store: DLedgerMessageStore) -> Iterator[Metric]:
+        """A DLedger peer's view of its group; the per-peer series only on the leader, the one
+        peer that knows the others' match indexes (what `kubectl get bg` shows per peer)."""
+        server = store.dledger
+        d = server.status()
+        yield f.labelled(
+            GaugeMetricFamily,
+            "habroker_dledger_role",
+            "1 for the DLedger role (LEADER, FOLLOWER, CANDIDATE).",
+            "role",
+            [(d["role"], 1)],
+        )
+        yield f.gauge("habroker_dledger_term", "The DLedger term this peer is in.", d["term"])
+        for name, key, help_text in (
+            ("ledger_begin_index", "ledgerBeginIndex", "First entry index kept (-1: none)."),
+            ("ledger_end_index", "ledgerEndIndex", "Last entry index in the log (-1: none)."),
+            ("committed_index", "committedIndex", "Last entry index a quorum holds."),
+        ):
+            yield f.gauge(f"habroker_dledger_{name}", help_text, d[key])
+        yield f.counter(
+            "habroker_dledger_elections_won",
+            "Times this peer became leader.",
+            d["elections"],
+        )
+        leading = d["role"] == "LEADER"
+        yield f.gauge(
+            "habroker_dledger_pending_appends",
+            "Leader only: appended entries whose producers wait for a quorum.",
+            len(server.pusher.pending) if leading else 0,
+        )
+        others = [p for p in d["peers"] if not p["self"]] if leading else []
+        yield f.labelled(
+            GaugeMetricFamily,
+            "habroker_dledger_peer_match_index",
+            "Leader only: the last entry index each follower acknowledged in this term.",
+            "peer",
+            [(p["id"], p["matchIndex"]) for p in others],
+        )
+        yield f.labelled(
+            GaugeMetricFamily,
+            "habroker_dledger_peer_lag_entries",
+            "Leader only: the leader's last entry index minus the follower's match index.",
+            "peer",
+            [(p["id"], p["lagEntries"] or 0) for p in others],
+        )
+        yield f.labelled(
+            GaugeMetricFamily,
+            "habroker_dledger_peer_live",
+            "Leader only: 1 while the follower answers heartbeats (0 before its first answer, "
+            "after a refused connection or a heartbeat unanswered within 3 s).",
+            "peer",
+            [(p["id"], int(bool(p["live"]))) for p in others],
         )
 
     def _consumer_lag(self, f: _Families) -> Metric:

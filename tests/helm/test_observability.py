@@ -24,7 +24,7 @@ import pytest
 import yaml
 from brokergroup_operator import metrics as operator_metrics
 from habroker.client import BrokerGroupReader, Producer
-from habroker.local import LocalGroup
+from habroker.local import LocalDLedgerGroup, LocalGroup
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -39,6 +39,7 @@ ALERTS = {
     "BrokerGroupNoMaster",
     "BrokerGroupSlaveOutOfSync",
     "BrokerGroupHALagGrowing",
+    "BrokerGroupDLedgerPeerDown",
     "BrokerGroupSlaveDiverged",
     "BrokerGroupDiskFilling",
     "BrokerGroupConsumerLagGrowing",
@@ -128,7 +129,7 @@ def scrape_text(http_address: str) -> str:
 @pytest.fixture(scope="module")
 def exposed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[set[str]]:
     """Names scraped from a real SYNC master and slave that served produce, pull and a
-    commit, plus the operator's registry."""
+    commit, from the leader of a real DLedger group, plus the operator's registry."""
     group = LocalGroup(
         tmp_path_factory.mktemp("obs") / "g",
         slaves=1,
@@ -148,6 +149,13 @@ def exposed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[set[str]]:
         names |= exposed_names(scrape_text(group.slaves[0].http_address))
     finally:
         group.stop()
+    dledger = LocalDLedgerGroup(
+        tmp_path_factory.mktemp("obs") / "d", 3, mappedFileSizeCommitLog=1 << 20
+    ).start()
+    try:
+        names |= exposed_names(scrape_text(dledger.leader(timeout=60).http_address))
+    finally:
+        dledger.stop()
     names |= exposed_names(generate_latest(operator_metrics.REGISTRY).decode())
     yield names
 

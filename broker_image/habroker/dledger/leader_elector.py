@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import time
@@ -218,8 +219,9 @@ class DLedgerLeaderElector:
                     not_ready += 1
             if st.is_quorum(succ) or st.is_quorum(succ + not_ready):
                 break
-        for fut in pending:  # answers still on the way are not needed for this round
-            fut.add_done_callback(_consume)
+        for fut in pending:  # not needed for this round, but they still say who is live: a
+            # peer that never answers (SIGSTOPped, partitioned) is NETWORK_ERROR at the timeout
+            fut.add_done_callback(functools.partial(self._late_heartbeat, calls[fut]))
         if st.is_quorum(succ):
             self.last_succ_heartbeat = _now_ms()
             return
@@ -236,6 +238,12 @@ class DLedgerLeaderElector:
                 term,
             )
             self.change_to_candidate(term)
+
+    def _late_heartbeat(self, peer: str, fut: asyncio.Future[Body]) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        if self.state.is_peer(peer):
+            self.state.peers_live[peer] = code_of(fut.result()) != DLedgerResponseCode.NETWORK_ERROR
 
     def membership_changed(self) -> None:
         """Heartbeats and votes use the new list from now on; a leader the change left out
