@@ -59,7 +59,15 @@ def start_broker(
         "maxMessageSize": str(1 << 16),
         **conf,
     }
-    args = [sys.executable, "-m", "habroker", "serve", "--log-level", "warning"]
+    args = [
+        sys.executable,
+        "-m",
+        "habroker",
+        "serve",
+        "--log-level",
+        "warning",
+        "--exit-with-parent",
+    ]
     for key, value in settings.items():
         args += ["--set", f"{key}={value}"]
     return subprocess.Popen(args, stdout=(root / "broker.log").open("wb"), stderr=subprocess.STDOUT)

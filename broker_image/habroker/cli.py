@@ -73,8 +73,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         "asyncio" if loop_factory is None else "uvloop",
         native.describe(),
     )
+    parent = os.getppid() if args.exit_with_parent else None
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        return runner.run(_serve(config))
+        return runner.run(_serve(config, parent))
 
 
 def event_loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -91,7 +92,7 @@ def event_loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] |
     return uvloop.new_event_loop
 
 
-async def _serve(config: BrokerConfig) -> int:
+async def _serve(config: BrokerConfig, parent: int | None = None) -> int:
     from habroker.startup import BrokerStartup
 
     log = logging.getLogger("habroker")
@@ -111,10 +112,39 @@ async def _serve(config: BrokerConfig) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    watch = None if parent is None else asyncio.create_task(_watch_parent(parent, stop))
     await stop.wait()
+    if watch is not None:
+        watch.cancel()
     log.info("shutting down")
     await startup.stop()
     return 0
+
+
+async def _watch_parent(parent: int, stop: asyncio.Event) -> None:
+    """--exit-with-parent: once the process that started the broker is gone (this one is
+    handed to another parent), shut down as on SIGTERM. A harness killed before its cleanup ran
+    (a crashed or SIGKILLed pytest) leaves no broker holding its ports and store."""
+    gone = asyncio.Event()
+    try:
+        fd = os.pidfd_open(parent)  # readable once the parent exits
+    except OSError:  # gone already, or no pidfd here: ask every half second
+        fd = -1
+    loop = asyncio.get_running_loop()
+    if fd >= 0:
+        loop.add_reader(fd, gone.set)
+    try:
+        while os.getppid() == parent and not gone.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(gone.wait(), None if fd >= 0 else 0.5)
+    finally:
+        if fd >= 0:
+            loop.remove_reader(fd)
+            os.close(fd)
+    logging.getLogger("habroker").warning(
+        "the process that started this broker (pid %d) exited; shutting down", parent
+    )
+    stop.set()
 
 
 # -- produce ---------------------------------------------------------------------------------
@@ -657,6 +687,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="asyncio's event loop: uvloop (libuv, a dependency of habroker) or the standard "
         "library's; auto (default) takes uvloop when it is installed, else asyncio. "
         "bench/event_loop.py compares them",
+    )
+    p.add_argument(
+        "--exit-with-parent",
+        action="store_true",
+        help="shut down (as on SIGTERM) when the process that started the broker exits; "
+        "habroker.local, the tests and the benchmarks start every broker with it",
     )
     p.set_defaults(func=cmd_serve)
 

@@ -177,6 +177,7 @@ class LocalBroker:
                     "serve",
                     "--config",
                     str(conf),
+                    "--exit-with-parent",  # a harness killed before its cleanup leaves none
                     *self.serve_args,
                 ],
                 stdout=log,
