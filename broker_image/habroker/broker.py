@@ -26,6 +26,7 @@ from habroker.dledger_role_change import DLedgerRoleChangeHandler
 from habroker.ha import HAAuth, HAClient, HAService
 from habroker.metadata import (
     AUTO_CREATE_TOPIC_KEY,
+    GROUP_NAME,
     PERM_INHERIT,
     PERM_READ,
     PERM_WRITE,
@@ -521,6 +522,39 @@ class BrokerController:
         return self.config.brokerName, str(self.config.brokerId)
 
     # -- pull ------------------------------------------------------------------------------
+    def check_pull(self, group: str | None) -> None:
+        """What a pull passes before the topic's checks, on either face (PullMessageProcessor's
+        order): the broker is readable (brokerPermission), and a named group is known (or
+        auto-created: autoCreateSubscriptionGroup) and may consume (consumeEnable).  An HTTP
+        pull without a group (a reader that keeps its own offsets) skips the group's checks."""
+        perm = self.config.brokerPermission
+        if not perm & PERM_READ:
+            raise BrokerError(
+                "broker_not_readable",
+                f"the broker[{self.config.brokerIP1}] pulling message is forbidden "
+                f"(brokerPermission={perm})",
+                403,
+            )
+        if group is None:
+            return
+        if not GROUP_NAME.match(group):
+            raise BrokerError(
+                "bad_group", f"group {group!r}: 1-255 characters of [%|a-zA-Z0-9_-]", 400
+            )
+        cfg = self.groups.find_config(group, self.config.autoCreateSubscriptionGroup)
+        if cfg is None:
+            raise BrokerError(
+                "unknown_group",
+                f"subscription group [{group}] does not exist (autoCreateSubscriptionGroup="
+                "false: create it with UPDATE_AND_CREATE_SUBSCRIPTIONGROUP or PUT "
+                f"/v1/subscription-groups/{group})",
+                404,
+            )
+        if not cfg.consumeEnable:
+            raise BrokerError(
+                "group_not_consumable", f"subscription group no permission, {group}", 403
+            )
+
     def pull(
         self,
         topic: str,

@@ -284,6 +284,7 @@ async def pull(request: web.Request) -> web.Response:
     max_msgs = _int_param(request, "max", 32, lo=1, hi=MAX_PULL_MESSAGES)
     max_bytes = _int_param(request, "maxBytes", 4 * 1024 * 1024, lo=1)
     group = request.query.get("group") or None
+    broker.check_pull(group)
     outcome = broker.pull(topic, queue_id, offset, max_msgs, group, max_bytes)
     result = outcome.result
     status = "PULL_RETRY_IMMEDIATELY" if outcome.retry_immediately else result.status.value

@@ -15,6 +15,10 @@ _BROKER_CODES = {
     "fenced": ResponseCode.SERVICE_NOT_AVAILABLE,
     "topic_not_writable": ResponseCode.NO_PERMISSION,
     "topic_not_readable": ResponseCode.NO_PERMISSION,
+    "broker_not_readable": ResponseCode.NO_PERMISSION,
+    "unknown_group": ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+    "bad_group": ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+    "group_not_consumable": ResponseCode.NO_PERMISSION,
 }
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 
 from habroker.broker import BrokerController, PullOutcome
-from habroker.metadata import PERM_READ
 from habroker.processor.client_manager import ConsumerManager, SubscriptionData
 from habroker.processor.errors import REFUSALS, refusal
 from habroker.processor.headers import Header
@@ -53,12 +52,7 @@ class PullMessageProcessor:
             sys_flag = h.int32("sysFlag")
             commit_offset = h.int64("commitOffset", 0)
             suspend_ms = h.int64("suspendTimeoutMillis", 0)
-            if not self.broker.config.brokerPermission & PERM_READ:
-                raise RequestRefused(
-                    ResponseCode.NO_PERMISSION,
-                    f"the broker[{self.broker.config.brokerIP1}] pulling message is forbidden",
-                )
-            self._check_group(group)
+            self.broker.check_pull(group)
             sub = self._subscription(h, group, topic, sys_flag)
             tags_codes = None if sub.matches_all else frozenset(sub.codes)
             if sys_flag & FLAG_COMMIT_OFFSET and not self.broker.is_slave and commit_offset >= 0:
@@ -102,22 +96,6 @@ class PullMessageProcessor:
         return self.broker.pull(
             topic, queue_id, offset, max_msgs, group, MAX_PULL_BYTES, tags_codes=tags_codes
         )
-
-    def _check_group(self, group: str) -> None:
-        """PullMessageProcessor's group checks, before the topic's: the group must exist (or be
-        auto-created: autoCreateSubscriptionGroup) and may consume (consumeEnable)."""
-        broker = self.broker
-        cfg = broker.groups.find_config(group, broker.config.autoCreateSubscriptionGroup)
-        if cfg is None:
-            raise RequestRefused(
-                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                f"subscription group [{group}] does not exist (autoCreateSubscriptionGroup="
-                "false: create it with UPDATE_AND_CREATE_SUBSCRIPTIONGROUP)",
-            )
-        if not cfg.consumeEnable:
-            raise RequestRefused(
-                ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}"
-            )
 
     def _subscription(self, h: Header, group: str, topic: str, sys_flag: int) -> SubscriptionData:
         if sys_flag & FLAG_SUBSCRIPTION:
