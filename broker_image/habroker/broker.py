@@ -27,15 +27,19 @@ from habroker.ha import HAAuth, HAClient, HAService
 from habroker.metadata import (
     AUTO_CREATE_TOPIC_KEY,
     GROUP_NAME,
+    NOT_ALLOWED_SEND_TOPICS,
     PERM_INHERIT,
     PERM_READ,
     PERM_WRITE,
+    SYSTEM_TOPIC_PREFIX,
+    SYSTEM_TOPICS,
     ConsumerOffsetManager,
     DelayOffsetManager,
     MetadataError,
     SubscriptionGroupManager,
     TopicConfig,
     TopicConfigManager,
+    system_topics,
 )
 from habroker.metrics import BrokerCollector, BrokerStats
 from habroker.read_policy import (
@@ -108,6 +112,15 @@ class BrokerController:
             # finds a route for a topic nobody created and sends there with defaultTopic=TBW102
             n = config.defaultTopicQueueNums
             self.topics.create(AUTO_CREATE_TOPIC_KEY, n, n, PERM_READ | PERM_WRITE | PERM_INHERIT)
+        self.topics.add_missing(
+            system_topics(
+                config.brokerClusterName,
+                config.brokerName,
+                cluster_topic=config.clusterTopicEnable,
+                broker_topic=config.brokerTopicEnable,
+                trace_topic=config.msgTraceTopicName if config.traceTopicEnable else None,
+            )
+        )
         self.groups = SubscriptionGroupManager(meta_dir)
         self.offsets = ConsumerOffsetManager(meta_dir)
         self.delays = DelayOffsetManager(meta_dir)
@@ -297,6 +310,34 @@ class BrokerController:
         return True, "ok"
 
     # -- topics ----------------------------------------------------------------------------
+    def is_system_topic(self, topic: str) -> bool:
+        """TopicValidator.isSystemTopic with the names this broker's TopicConfigManager adds:
+        its cluster's and its group's, the reply topic and, when kept, the trace topic."""
+        cfg = self.config
+        return (
+            topic in SYSTEM_TOPICS
+            or topic.startswith(SYSTEM_TOPIC_PREFIX)
+            or topic
+            in (cfg.brokerClusterName, cfg.brokerName, f"{cfg.brokerClusterName}_REPLY_TOPIC")
+            or (cfg.traceTopicEnable and topic == cfg.msgTraceTopicName)
+        )
+
+    def create_topic(
+        self,
+        topic: str,
+        read_queue_nums: int,
+        write_queue_nums: int,
+        perm: int,
+        order: bool = False,
+    ) -> tuple[TopicConfig, bool]:
+        """An admin's create or update (UPDATE_AND_CREATE_TOPIC, ``POST /v1/topics``): refused
+        for a system topic, as AdminBrokerProcessor refuses it; returns (config, changed)."""
+        if self.is_system_topic(topic):
+            raise BrokerError(
+                "system_topic", f"The topic[{topic}] is conflict with system topic.", 400
+            )
+        return self.topics.create(topic, read_queue_nums, write_queue_nums, perm, order=order)
+
     def topic_for_write(
         self,
         topic: str,
@@ -403,6 +444,10 @@ class BrokerController:
                 "this broker is a SLAVE and refuses writes; produce to the master",
                 403,
                 masterAddress=self.master_http_address or None,
+            )
+        if topic in NOT_ALLOWED_SEND_TOPICS:  # the broker's own (TopicValidator)
+            raise BrokerError(
+                "topic_not_writable", f"Sending message to topic[{topic}] is forbidden.", 403
             )
         cfg = self.topic_for_write(topic, default_queue_nums, default_topic)
         if not cfg.writable:

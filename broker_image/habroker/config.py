@@ -120,6 +120,12 @@ class BrokerConfig:
     autoCreateTopicEnable: bool = False
     defaultTopicQueueNums: int = 4
     autoCreateSubscriptionGroup: bool = True
+    # RocketMQ's system topics named after the cluster and the broker group: RW as well as
+    # inherit (sendMsgStatus, clusterRT) when on, inherit only when off
+    clusterTopicEnable: bool = True
+    brokerTopicEnable: bool = True
+    traceTopicEnable: bool = False  # keep the message-trace topic (msgTraceTopicName)
+    msgTraceTopicName: str = "RMQ_SYS_TRACE_TOPIC"
     # 6 = read and write; 4 drains writes (routes lose write permission), 2 stops pulls
     brokerPermission: int = 6
     # delayed delivery (ScheduleMessageService) and consumer retries

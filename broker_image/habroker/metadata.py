@@ -235,6 +235,65 @@ class VersionedTable(Generic[ConfigT]):
         return True
 
 
+SCHEDULE_TOPIC_QUEUE_NUMS = 18  # one queue per delay level of SCHEDULE_TOPIC_XXXX
+#: TopicValidator's system topics (with those named after the broker's cluster and group, and
+#: any ``rmq_sys_`` name): never created or updated by an admin request
+SYSTEM_TOPICS = frozenset(
+    {
+        AUTO_CREATE_TOPIC_KEY,
+        "SCHEDULE_TOPIC_XXXX",
+        "BenchmarkTest",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRACE_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+    }
+)
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+#: TopicValidator's topics no client may send to (the broker's own)
+NOT_ALLOWED_SEND_TOPICS = frozenset(
+    {
+        "SCHEDULE_TOPIC_XXXX",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+    }
+)
+REPLY_TOPIC_POSTFIX = "REPLY_TOPIC"
+
+
+def system_topics(
+    cluster: str,
+    broker_name: str,
+    *,
+    cluster_topic: bool = True,
+    broker_topic: bool = True,
+    trace_topic: str | None = None,
+) -> list[TopicConfig]:
+    """The topics RocketMQ 4.9.7's TopicConfigManager puts in every broker's table before it
+    loads topics.json (TBW102 aside: it depends on autoCreateTopicEnable). Queue counts and
+    permissions as there: a TopicConfig's defaults are 16 queues and RW."""
+    rw = PERM_READ | PERM_WRITE
+    out = [
+        TopicConfig("SELF_TEST_TOPIC", 1, 1, rw),
+        TopicConfig("BenchmarkTest", 1024, 1024, rw),
+        TopicConfig(cluster, 16, 16, PERM_INHERIT | (rw if cluster_topic else 0)),
+        TopicConfig(broker_name, 1, 1, PERM_INHERIT | (rw if broker_topic else 0)),
+        TopicConfig("OFFSET_MOVED_EVENT", 1, 1, rw),
+        TopicConfig(
+            "SCHEDULE_TOPIC_XXXX", SCHEDULE_TOPIC_QUEUE_NUMS, SCHEDULE_TOPIC_QUEUE_NUMS, rw
+        ),
+    ]
+    if trace_topic is not None:
+        out.append(TopicConfig(trace_topic, 1, 1, rw))
+    out.append(TopicConfig(f"{cluster}_{REPLY_TOPIC_POSTFIX}", 1, 1, rw))
+    return out
+
+
 class TopicConfigManager(VersionedTable[TopicConfig]):
     FILE = "topics.json"
     TABLE_KEY = "topicConfigTable"
@@ -242,6 +301,13 @@ class TopicConfigManager(VersionedTable[TopicConfig]):
 
     def get(self, topic: str) -> TopicConfig | None:
         return self.table.get(topic)
+
+    def add_missing(self, configs: list[TopicConfig]) -> None:
+        """Put each of ``configs`` whose topic the table does not hold, in memory only: what
+        topics.json says wins (a Java broker reads the file over its system topics), and the
+        next write of the file carries them, as a Java broker's does."""
+        for config in configs:
+            self.table.setdefault(config.topicName, config)
 
     def create(
         self,

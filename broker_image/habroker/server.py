@@ -351,7 +351,7 @@ async def create_topic(request: web.Request) -> web.Response:
     unknown = set(body) - {"topic", "readQueueNums", "writeQueueNums", "perm"}
     if unknown:
         raise BrokerError("bad_topic", f"unknown field(s): {', '.join(sorted(unknown))}")
-    cfg, changed = broker.topics.create(
+    cfg, changed = broker.create_topic(
         topic, values["readQueueNums"], values["writeQueueNums"], values["perm"]
     )
     return web.json_response(

@@ -42,6 +42,7 @@ from tests.interop.test_java_oracle import (  # the oracle's scenarios, collecte
     test_failed_message_is_retried_then_dead_lettered,
     test_mqadmin_cluster_list_shows_master_and_slave,
     test_mqadmin_update_topic_then_list_and_route,
+    test_system_topics_are_listed_and_routed,
     test_two_push_consumers_split_the_queues,
 )
 
@@ -55,6 +56,7 @@ __all__ = [
     "test_failed_message_is_retried_then_dead_lettered",
     "test_mqadmin_cluster_list_shows_master_and_slave",
     "test_mqadmin_update_topic_then_list_and_route",
+    "test_system_topics_are_listed_and_routed",
     "test_two_push_consumers_split_the_queues",
 ]
 

@@ -262,6 +262,36 @@ def test_a_send_to_a_topic_nobody_created_creates_it_from_tbw102(group: JavaGrou
     assert {m["queueId"] for m in messages} == {0, 1, 2, 3}
 
 
+#: RocketMQ 4.9.7's TopicConfigManager: the topics every broker keeps beside TBW102, as
+#: (readQueueNums, writeQueueNums, perm) with the defaults (clusterTopicEnable and
+#: brokerTopicEnable on: the cluster's and the broker group's topics are RW and inherit)
+SYSTEM_TOPIC_ROUTES = {
+    "SELF_TEST_TOPIC": (1, 1, 6),
+    "BenchmarkTest": (1024, 1024, 6),
+    "DefaultCluster": (16, 16, 7),
+    "broker-a": (1, 1, 7),
+    "OFFSET_MOVED_EVENT": (1, 1, 6),
+    "SCHEDULE_TOPIC_XXXX": (18, 18, 6),
+    "DefaultCluster_REPLY_TOPIC": (1, 1, 6),
+}
+
+
+def test_system_topics_are_listed_and_routed(group: JavaGroup) -> None:
+    """mqadmin topicList names the broker's system topics, and their routes carry the queue
+    counts and permissions the broker keeps them with."""
+    listed = set(run_mqadmin(group.ns, V4, "topicList", "-n", group.namesrv).split())
+    assert set(SYSTEM_TOPIC_ROUTES) <= listed, sorted(set(SYSTEM_TOPIC_ROUTES) - listed)
+    for topic, want in SYSTEM_TOPIC_ROUTES.items():
+        route = loads_fastjson(
+            run_mqadmin(group.ns, V4, "topicRoute", "-n", group.namesrv, "-t", topic)
+        )
+        [broker] = route["brokerDatas"]
+        assert broker["brokerName"] == "broker-a", (topic, broker)
+        [queues] = route["queueDatas"]
+        got = (queues["readQueueNums"], queues["writeQueueNums"], queues["perm"])
+        assert got == want, (topic, got)
+
+
 def _route_perm(out: str) -> int | None:
     try:
         [queues] = loads_fastjson(out)["queueDatas"]

@@ -92,14 +92,8 @@ class AdminBrokerProcessor:
     def update_topic(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
         h = Header(request)
         topic = h.text("topic")
-        cfg = self.broker.config
-        if topic in (cfg.brokerClusterName, cfg.brokerName):
-            raise RequestRefused(
-                ResponseCode.SYSTEM_ERROR,
-                f"the topic[{topic}] is conflict with system reserved words.",
-            )
         self._master_only("topics are created on the master; slaves copy them")
-        self.broker.topics.create(
+        self.broker.create_topic(
             topic,
             h.int32("readQueueNums"),
             h.int32("writeQueueNums"),
