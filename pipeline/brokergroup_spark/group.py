@@ -152,7 +152,7 @@ class Group:
         """The topics the name server lists (GET_ALL_TOPIC_LIST_FROM_NAMESERVER) whose whole
         name matches ``pattern``, system topics left out: RocketMQ's own (TopicValidator's
         list, ``%RETRY%``/``%DLQ%``/``rmq_sys_`` names) and the topics a broker creates under its
-        cluster's and its broker group's names."""
+        cluster's and its broker group's names (and ``<cluster>_REPLY_TOPIC``)."""
         return self._runner.run(self._topics_matching(pattern))
 
     async def _topics_matching(self, pattern: str) -> tuple[str, ...]:
@@ -161,6 +161,7 @@ class Group:
         names = {str(t) for t in data.get("topicList") or []}
         info = await routes.cluster_info()
         own = set(info.brokers) | set(info.clusters)
+        own |= {f"{cluster}_REPLY_TOPIC" for cluster in info.clusters}  # request-reply
         compiled = re.compile(pattern)
         return tuple(
             sorted(
