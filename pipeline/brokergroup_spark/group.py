@@ -37,6 +37,7 @@ from habroker.client import (
 )
 from habroker.client.consumer import DEFAULT_CONSUMER_GROUP
 from habroker.client.route import MASTER_ID, BrokerData, QueueData
+from habroker.metadata import SYSTEM_TOPICS
 from habroker.remoting import RequestCode
 
 from brokergroup_spark.plan import Queue
@@ -47,21 +48,9 @@ log = logging.getLogger("brokergroup_spark")
 
 MASTER = MASTER_ID
 
-# RocketMQ's system topics (TopicValidator): never matched by subscribePattern, as Kafka's
-# consumers leave internal topics out of pattern subscriptions (exclude.internal.topics).
-SYSTEM_TOPICS = frozenset(
-    {
-        "TBW102",
-        "SCHEDULE_TOPIC_XXXX",
-        "BenchmarkTest",
-        "RMQ_SYS_TRANS_HALF_TOPIC",
-        "RMQ_SYS_TRACE_TOPIC",
-        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-        "TRANS_CHECK_MAX_TIME_TOPIC",
-        "SELF_TEST_TOPIC",
-        "OFFSET_MOVED_EVENT",
-    }
-)
+# never matched by subscribePattern, with RocketMQ's system topics (SYSTEM_TOPICS, TopicValidator's
+# as the broker keeps them), as Kafka's consumers leave internal topics out of pattern
+# subscriptions (exclude.internal.topics)
 SYSTEM_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", "RMQ_SYS_")
 
 
