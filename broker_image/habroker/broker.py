@@ -112,15 +112,16 @@ class BrokerController:
             # finds a route for a topic nobody created and sends there with defaultTopic=TBW102
             n = config.defaultTopicQueueNums
             self.topics.create(AUTO_CREATE_TOPIC_KEY, n, n, PERM_READ | PERM_WRITE | PERM_INHERIT)
-        self.topics.add_missing(
-            system_topics(
-                config.brokerClusterName,
-                config.brokerName,
-                cluster_topic=config.clusterTopicEnable,
-                broker_topic=config.brokerTopicEnable,
-                trace_topic=config.msgTraceTopicName if config.traceTopicEnable else None,
-            )
+        own = system_topics(
+            config.brokerClusterName,
+            config.brokerName,
+            cluster_topic=config.clusterTopicEnable,
+            broker_topic=config.brokerTopicEnable,
+            trace_topic=config.msgTraceTopicName if config.traceTopicEnable else None,
         )
+        self.topics.add_missing(own)
+        #: TopicValidator's system topics plus those this broker's table was given
+        self.system_topic_names = SYSTEM_TOPICS | {c.topicName for c in own}
         self.groups = SubscriptionGroupManager(meta_dir)
         self.offsets = ConsumerOffsetManager(meta_dir)
         self.delays = DelayOffsetManager(meta_dir)
@@ -311,16 +312,9 @@ class BrokerController:
 
     # -- topics ----------------------------------------------------------------------------
     def is_system_topic(self, topic: str) -> bool:
-        """TopicValidator.isSystemTopic with the names this broker's TopicConfigManager adds:
-        its cluster's and its group's, the reply topic and, when kept, the trace topic."""
-        cfg = self.config
-        return (
-            topic in SYSTEM_TOPICS
-            or topic.startswith(SYSTEM_TOPIC_PREFIX)
-            or topic
-            in (cfg.brokerClusterName, cfg.brokerName, f"{cfg.brokerClusterName}_REPLY_TOPIC")
-            or (cfg.traceTopicEnable and topic == cfg.msgTraceTopicName)
-        )
+        """TopicValidator.isSystemTopic: its list, ``rmq_sys_`` names, and the topics this
+        broker keeps (its cluster's and its group's, the reply topic, the trace topic)."""
+        return topic in self.system_topic_names or topic.startswith(SYSTEM_TOPIC_PREFIX)
 
     def create_topic(
         self,

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from habroker import fastjson
+from habroker.message import SCHEDULE_TOPIC
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -241,7 +242,7 @@ SCHEDULE_TOPIC_QUEUE_NUMS = 18  # one queue per delay level of SCHEDULE_TOPIC_XX
 SYSTEM_TOPICS = frozenset(
     {
         AUTO_CREATE_TOPIC_KEY,
-        "SCHEDULE_TOPIC_XXXX",
+        SCHEDULE_TOPIC,
         "BenchmarkTest",
         "RMQ_SYS_TRANS_HALF_TOPIC",
         "RMQ_SYS_TRACE_TOPIC",
@@ -255,7 +256,7 @@ SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 #: TopicValidator's topics no client may send to (the broker's own)
 NOT_ALLOWED_SEND_TOPICS = frozenset(
     {
-        "SCHEDULE_TOPIC_XXXX",
+        SCHEDULE_TOPIC,
         "RMQ_SYS_TRANS_HALF_TOPIC",
         "RMQ_SYS_TRANS_OP_HALF_TOPIC",
         "TRANS_CHECK_MAX_TIME_TOPIC",
@@ -284,9 +285,7 @@ def system_topics(
         TopicConfig(cluster, 16, 16, PERM_INHERIT | (rw if cluster_topic else 0)),
         TopicConfig(broker_name, 1, 1, PERM_INHERIT | (rw if broker_topic else 0)),
         TopicConfig("OFFSET_MOVED_EVENT", 1, 1, rw),
-        TopicConfig(
-            "SCHEDULE_TOPIC_XXXX", SCHEDULE_TOPIC_QUEUE_NUMS, SCHEDULE_TOPIC_QUEUE_NUMS, rw
-        ),
+        TopicConfig(SCHEDULE_TOPIC, SCHEDULE_TOPIC_QUEUE_NUMS, SCHEDULE_TOPIC_QUEUE_NUMS, rw),
     ]
     if trace_topic is not None:
         out.append(TopicConfig(trace_topic, 1, 1, rw))
