@@ -16,6 +16,7 @@ import selectors
 import socket
 import struct
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,13 +137,15 @@ class WorkerResult:
     messages: int = 0
     requests: int = 0
     not_ok: int = 0
+    not_ok_codes: dict[str, int] = field(default_factory=dict)  # response code -> count
+    not_ok_sample: str = ""  # the first refused answer's header, to say why
     start: float = 0.0
     end: float = 0.0
     latencies_ns: list[int] = field(default_factory=list)
 
 
 class _Conn:
-    __slots__ = ("buf", "count", "done", "pos", "request", "sent", "sock")
+    __slots__ = ("buf", "code", "count", "done", "head", "pos", "request", "sent", "sock")
 
     def __init__(self, sock: socket.socket, request: bytes) -> None:
         self.sock = sock
@@ -152,6 +155,8 @@ class _Conn:
         self.count = 0
         self.sent = 0
         self.done = 0
+        self.code = ""  # the last answer's code when it was not OK
+        self.head = ""  # ... and its header (remoting) or first line
 
 
 def _http_complete(conn: _Conn) -> bool | None:
@@ -174,6 +179,15 @@ def _http_complete(conn: _Conn) -> bool | None:
     return ok
 
 
+def merge_counts(counts: Iterable[dict[str, int]]) -> dict[str, int]:
+    """Sums per-key counts (the refused answers' codes of several workers or runs)."""
+    total: dict[str, int] = {}
+    for one in counts:
+        for key, n in one.items():
+            total[key] = total.get(key, 0) + n
+    return total
+
+
 def _remoting_complete(conn: _Conn) -> bool | None:
     """None: incomplete; else True if the response code is SUCCESS (0)."""
     buf = conn.buf
@@ -182,7 +196,11 @@ def _remoting_complete(conn: _Conn) -> bool | None:
     (length,) = _I32.unpack_from(buf, 0)
     if len(buf) < 4 + length:
         return None
-    ok = remoting_code(buf) == 0
+    code = remoting_code(buf)
+    ok = code == 0
+    if not ok:
+        conn.code = str(code)
+        conn.head = bytes(buf[8 : 8 + min(length - 4, 300)]).decode("utf-8", "replace")
     del buf[: 4 + length]
     return ok
 
@@ -291,6 +309,10 @@ def _drive(conns: list[_Conn], job: Job, until: float, record: WorkerResult | No
                     record.messages += job.messages_per_request
                 else:
                     record.not_ok += 1
+                    code = conn.code or job.kind
+                    record.not_ok_codes[code] = record.not_ok_codes.get(code, 0) + 1
+                    if not record.not_ok_sample:
+                        record.not_ok_sample = conn.head
             now = time.monotonic()
             if now >= until or (limit is not None and conn.done >= limit):
                 sel.unregister(conn.sock)
@@ -371,6 +393,8 @@ def run(job: Job) -> dict[str, Any]:
         "messages": messages,
         "requests": sum(r.requests for r in results),
         "not_ok": sum(r.not_ok for r in results),
+        "not_ok_codes": merge_counts(r.not_ok_codes for r in results),
+        "not_ok_sample": next((r.not_ok_sample for r in results if r.not_ok_sample), ""),
         "seconds": elapsed,
         "msgs_per_s": messages / elapsed,
         "latencies_ns": lat,

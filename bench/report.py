@@ -265,11 +265,16 @@ def rocketmq_section(data: dict[str, Any]) -> list[str]:
                 f"{_x(h.get('ratio_to_rocketmq'))} | {_x(h.get('ratio_to_redis'))} | "
                 f"{_f(hp, 2)} / {_f(rp, 2)} |"
             )
-        bad = {
-            c["system"]: c["not_ok_requests"] for c in m.get("cells", []) if c["not_ok_requests"]
-        }
-        if bad:
-            lines.append(f"| {mode} | | | requests not SUCCESS: {bad} | | | | | |")
+        for c in m.get("cells", []):
+            if c["not_ok_requests"]:
+                codes = ", ".join(
+                    f"{n} x code {code}" for code, n in sorted(c.get("not_ok_codes", {}).items())
+                )
+                lines.append(
+                    f"| {mode} | {c['batch']} | {c['producers']} | {c['system']}: "
+                    f"{c['not_ok_requests']} of {c['requests']} requests not SUCCESS"
+                    f"{f' ({codes})' if codes else ''} | | | | | |"
+                )
     lines += [
         "",
         "Resident memory of the broker processes over each mode's produce runs (MiB; VmHWM is the "

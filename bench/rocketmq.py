@@ -319,6 +319,16 @@ def reset(run: Running, system: str) -> None:
         run.redis_keys.clear()
 
 
+def _warnings(group: LocalGroup, lines: int = 400) -> list[str]:
+    """The WARNING and ERROR lines near the end of each habroker log of ``group``."""
+    return [
+        f"{broker.config.get('brokerId', 0)}: {line}"
+        for broker in group.brokers
+        for line in broker.tail_log(lines).splitlines()
+        if " WARNING " in line or " ERROR " in line
+    ][-40:]
+
+
 def produce_cell(
     run: Running, batch: int, producers: int, settings: common.Settings
 ) -> list[dict[str, Any]]:
@@ -328,9 +338,10 @@ def produce_cell(
         order = systems[rep % len(systems) :] + systems[: rep % len(systems)]
         for system in order:
             try:
-                runs[system].append(
-                    loadgen.run(produce_job(run, system, batch, producers, settings))
-                )
+                result = loadgen.run(produce_job(run, system, batch, producers, settings))
+                if result["not_ok"] and system == "habroker":  # say why in the JSON
+                    result["broker_log_warnings"] = _warnings(run.habroker)
+                runs[system].append(result)
             finally:
                 reset(run, system)
     out = []
@@ -347,6 +358,13 @@ def produce_cell(
                 "mb_per_s": summary([r * common.BODY_SIZE / 1e6 for r in rates]),
                 "request_latency_ms": percentiles(lat, (50, 99)),
                 "not_ok_requests": sum(r["not_ok"] for r in results),
+                "not_ok_codes": loadgen.merge_counts(r.get("not_ok_codes", {}) for r in results),
+                "broker_log_warnings": [
+                    line for r in results for line in r.get("broker_log_warnings", [])
+                ],
+                "not_ok_sample": next(
+                    (r["not_ok_sample"] for r in results if r.get("not_ok_sample")), ""
+                ),
                 "requests": sum(r["requests"] for r in results),
             }
         )

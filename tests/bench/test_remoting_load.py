@@ -8,6 +8,7 @@ is asserted is that every request was answered SUCCESS and that the messages are
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 from pathlib import Path
 
@@ -68,6 +69,22 @@ def test_remoting_load_against_habroker(tmp_path: Path) -> None:
         # the warm-up's requests are stored too: at least what was counted
         after = sum(_queue_offsets(group).values())
         assert after - before >= stored > 0
+
+
+@pytest.mark.timeout(180)
+def test_refused_requests_are_counted_by_their_code(tmp_path: Path) -> None:
+    """A SYNC master without its slave answers SLAVE_NOT_AVAILABLE (11): the load generator
+    counts such answers apart from the SUCCESS ones, by code, and keeps one answer's header."""
+    with servers.habroker_group(tmp_path / "g", "SYNC", **rocketmq.STORE) as group:
+        group.slaves[0].stop()
+        deadline = time.monotonic() + 20
+        while group.master.status()["master"]["connectionCount"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        result = loadgen.run(_job(int(group.master.config["listenPort"]), 1, producers=1))
+    assert result["requests"] > 0 and result["messages"] == 0, result
+    assert result["not_ok"] == result["requests"]
+    assert result["not_ok_codes"] == {"11": result["requests"]}
+    assert '"code":11' in result["not_ok_sample"]
 
 
 @pytest.mark.timeout(300)
