@@ -10,7 +10,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from habroker.dledger.entry import INDEX_UNIT_SIZE
+from habroker.dledger.entry import CURRENT_MAGIC, INDEX_UNIT_SIZE, units_match_entries_py
 from habroker.dledger.mmap_file_store import DLedgerMmapFileStore, DLedgerStoreError
 from habroker.dledger.protocol import (
     RAW_KEY,
@@ -21,6 +21,7 @@ from habroker.dledger.protocol import (
     raw_push_header,
 )
 from habroker.dledger.rpc_service import DLedgerRpcService
+from habroker.store import native
 
 FILE = 4096
 RC = DLedgerResponseCode
@@ -155,6 +156,60 @@ def test_a_raw_push_with_a_bad_entry_keeps_the_entries_before_it(tmp_path, spoil
     # the leader sends again from the follower's end: the rest goes down
     push_all(leader, follower, 64)
     assert [follower.get(i) for i in range(30)] == [leader.get(i) for i in range(30)]
+
+
+# where a field lies: (region, offset in the unit or the entry header, struct format, new value)
+SPOILS = {
+    "entry index": ("entry", 8, ">q", 99),
+    "entry term": ("entry", 16, ">q", 0),
+    "entry pos": ("entry", 24, ">q", 7),
+    "entry size": ("entry", 4, ">i", 147),
+    "entry body length": ("entry", 44, ">i", 101),
+    "entry magic": ("entry", 0, ">i", 2),
+    "unit pos": ("unit", 4, ">q", 7),
+    "unit size": ("unit", 12, ">i", 149),
+    "unit index": ("unit", 16, ">q", 99),
+    "unit term": ("unit", 24, ">q", 0),
+}
+
+
+def _spoil(body: bytes, count: int, nth: int, what: str) -> bytes:
+    region, at, fmt, value = SPOILS[what]
+    spoiled = bytearray(body)
+    base = nth * INDEX_UNIT_SIZE if region == "unit" else count * INDEX_UNIT_SIZE + nth * 148
+    struct.pack_into(fmt, spoiled, base + at, value)
+    return bytes(spoiled)
+
+
+@pytest.mark.parametrize("what", sorted(SPOILS))
+def test_every_entry_of_a_raw_push_is_checked_against_its_unit(tmp_path, what):
+    """A push inside one data file: a slip in one entry in the middle (not the first or the
+    last) is found by the compiled check and the Python one alike."""
+    leader = leader_with(tmp_path / "l", [100] * 10, term=2)
+    count, body = leader.raw_push_body(0, 10, 1 << 20)
+    assert count == 10
+    units, entries = body[: count * INDEX_UNIT_SIZE], body[count * INDEX_UNIT_SIZE :]
+    checks = [units_match_entries_py] + ([native.units_match_entries] if native.codec else [])
+    for check in checks:
+        assert check(units, entries, CURRENT_MAGIC)
+        assert not check(units, entries[:-1], CURRENT_MAGIC)
+        assert not check(units[:-INDEX_UNIT_SIZE], entries, CURRENT_MAGIC)
+        spoiled = _spoil(body, count, 4, what)
+        assert not check(spoiled[: count * INDEX_UNIT_SIZE], spoiled[count * INDEX_UNIT_SIZE :], 1)
+
+
+@pytest.mark.parametrize("what", ["entry index", "entry body length", "entry term"])
+def test_a_raw_push_in_one_file_with_a_bad_middle_entry_keeps_the_entries_before_it(tmp_path, what):
+    leader = leader_with(tmp_path / "l", [100] * 10)
+    follower = open_store(tmp_path / "f", "n1")
+    count, body = leader.raw_push_body(0, 10, 1 << 20)
+    with pytest.raises(DLedgerStoreError) as refused:
+        follower.append_raw_as_follower(_spoil(body, count, 4, what), 0, count, 1, "n0")
+    assert refused.value.code == RC.INCONSISTENT_STATE
+    assert follower.ledger_end_index == 3
+    assert [follower.get(i) for i in range(4)] == [leader.get(i) for i in range(4)]
+    push_all(leader, follower, 64)
+    assert [follower.get(i) for i in range(10)] == [leader.get(i) for i in range(10)]
 
 
 def test_a_raw_push_whose_count_disagrees_with_its_units_is_refused(tmp_path):

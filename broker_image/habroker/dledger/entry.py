@@ -123,6 +123,44 @@ def decode_index(
     return magic, pos, size, index, term
 
 
+def units_match_entries_py(
+    units: bytes | bytearray | memoryview, entries: bytes | bytearray | memoryview, magic: int
+) -> bool:
+    """Whether ``entries`` are exactly the entries ``units`` index, back to back: each unit's
+    magic, size, index and term in its entry's header, each entry where its unit says, the
+    indexes consecutive, the terms never falling, each size 48 bytes plus the header's body
+    length, nothing after the last (the compiled ``units_match_entries`` is the fast one)."""
+    if not units or len(units) % INDEX_UNIT_SIZE:
+        return False
+    _m, pos0, _s, index0, _t = _INDEX_UNIT.unpack_from(units, 0)
+    at = term = 0
+    for i, (u_magic, pos, size, index, u_term) in enumerate(_INDEX_UNIT.iter_unpack(units)):
+        if (
+            u_magic != magic
+            or size < BODY_OFFSET
+            or pos != pos0 + at
+            or index != index0 + i
+            or u_term < term
+            or at + size > len(entries)
+        ):
+            return False
+        e_magic, e_size, e_index, e_term, e_pos, _c, _cc, _bc, body_len = _HEADER.unpack_from(
+            entries, at
+        )
+        if (e_magic, e_size, e_index, e_term, e_pos, body_len) != (
+            magic,
+            size,
+            index,
+            u_term,
+            pos,
+            size - BODY_OFFSET,
+        ):
+            return False
+        term = u_term
+        at += size
+    return at == len(entries)
+
+
 def to_json_dict(entry: DLedgerEntry) -> dict[str, Any]:
     """The entry as fastjson writes the Java bean (every getter, the body in base64)."""
     return {

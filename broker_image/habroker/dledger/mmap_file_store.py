@@ -38,11 +38,13 @@ from habroker.dledger.entry import (
     decode_index,
     encode_index,
     same_entry,
+    units_match_entries_py,
 )
 from habroker.dledger.protocol import DLedgerResponseCode
 from habroker.store.errors import StoreError
 from habroker.store.mapped_file import MappedFile
 from habroker.store.mapped_file_queue import MappedFileQueue
+from habroker.store.native import units_match_entries
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +62,7 @@ EntryEncoder = Callable[[int, int, list[int]], list[bytes | memoryview]]
 _UNIT = struct.Struct(">iqiqq")  # an index unit: magic, pos, size, index, term
 _BLANK = struct.Struct(">ii")
 _ENTRY_HEAD = struct.Struct(">iiqqq")  # magic, size, index, term, pos
+_units_match = units_match_entries or units_match_entries_py
 _HEADER_WITH_LEN = struct.Struct(">iiqqqiiii")  # ... channel, chainCrc, bodyCrc, body length
 
 
@@ -427,8 +430,8 @@ class DLedgerMmapFileStore:
     def raw_push_body(self, first: int, max_count: int, max_bytes: int) -> tuple[int, bytes]:
         """A PUSH_RAW's body from ``first``: (how many entries, their index units then their
         bytes); (0, b"") when there is nothing there.  Entries that lie in one data file are
-        one slice found by their first and last index units (headers checked against both);
-        otherwise they are walked as :meth:`raw_entries` walks them."""
+        one slice found by their first and last index units (every header checked against its
+        unit); otherwise they are walked as :meth:`raw_entries` walks them."""
         last = min(self.ledger_end_index, first + max_count - 1)
         if first > last or first < self.ledger_begin_index:
             return 0, b""
@@ -453,27 +456,18 @@ class DLedgerMmapFileStore:
 
     @staticmethod
     def _headers_match(units: bytes | memoryview, entries: memoryview) -> bool:
-        """The first and last entries of ``entries`` are where, and what, their units say."""
-        magic0, pos0, size0, index0, term0 = _UNIT.unpack_from(units, 0)
-        magic1, pos1, size1, index1, term1 = _UNIT.unpack_from(units, len(units) - INDEX_UNIT_SIZE)
-        return (
-            magic0 == magic1 == CURRENT_MAGIC
-            and index1 - index0 == len(units) // INDEX_UNIT_SIZE - 1
-            and pos1 + size1 - pos0 == len(entries)
-            and size1 >= BODY_OFFSET
-            and _ENTRY_HEAD.unpack_from(entries, 0) == (magic0, size0, index0, term0, pos0)
-            and _ENTRY_HEAD.unpack_from(entries, pos1 - pos0)
-            == (magic1, size1, index1, term1, pos1)
-        )
+        """``entries`` are exactly the entries ``units`` index, every header checked: a slip in
+        one entry in the middle of a push must not reach a follower's index."""
+        return _units_match(units, entries, CURRENT_MAGIC)
 
     def append_raw_as_follower(
         self, data: bytes, first: int, count: int, leader_term: int, leader_id: str
     ) -> None:
         """A raw push: ``count`` index units, then the leader's entries as its data files hold
         them.  Entries that lie in this log's current data file, back to back where the units
-        say, go down in two writes after the first and last entries are checked against their
-        units; otherwise (a data file ends among them, or anything disagrees) every entry is
-        walked and checked, and what was checked before a bad one is kept."""
+        say, go down in two writes after every entry is checked against its unit; otherwise (a
+        data file ends among them, or anything disagrees) every entry is walked and checked,
+        and what was checked before a bad one is kept."""
         index = self.ledger_end_index + 1
         if first != index or count < 1:
             raise DLedgerStoreError(
@@ -503,7 +497,7 @@ class DLedgerMmapFileStore:
         self, units: memoryview, entries: memoryview, pos: int, file_end: int, leader_term: int
     ) -> bool:
         """Whether a raw push's entries fit the current data file at ``pos``, their units
-        back to back from there, the first and last entry headers as their units say."""
+        back to back from there, every entry header as its unit says."""
         first_term = _UNIT.unpack_from(units, 0)[4]
         pos0 = _UNIT.unpack_from(units, 0)[1]
         last_term = _UNIT.unpack_from(units, len(units) - INDEX_UNIT_SIZE)[4]

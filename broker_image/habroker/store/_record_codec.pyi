@@ -55,3 +55,6 @@ def walk_records(
     stop: int,
     delay_levels: Sequence[int] = ...,
 ) -> tuple[int, int, int | None, list[tuple[str, int, int, bytes, int]]]: ...
+def units_match_entries(
+    units: bytes | bytearray | memoryview, entries: bytes | bytearray | memoryview, magic: int
+) -> bool: ...

@@ -565,3 +565,53 @@ def walk_records(buf, Py_ssize_t rel, Py_ssize_t stop, delay_levels=_DELAY_LEVEL
     rolled-back transaction half: the caller's record-by-record path takes that one."""
     # a record may end past ``stop`` (a slice's budget) but not past the buffer
     return _walk(buf, rel, stop, False, 0, 0, (stop - rel) if stop > rel else -1, delay_levels)
+
+
+# -- DLedger: a raw push's index units against the entries they index ------------------------
+cdef enum:
+    DLEDGER_UNIT = 32  # magic int32, pos int64, size int32, index int64, term int64
+
+
+def units_match_entries(units, entries, int magic):
+    """Whether ``entries`` are exactly the DLedger entries ``units`` index, back to back: every
+    unit's magic, size, index and term in its entry's header, each entry at the position its
+    unit gives, the indexes consecutive, the terms never falling, each size its header's
+    48 bytes plus its body length, and nothing after the last."""
+    cdef const uint8_t[::1] u = memoryview(units).cast("B")
+    cdef const uint8_t[::1] e = memoryview(entries).cast("B")
+    cdef Py_ssize_t n_units = u.shape[0], n_bytes = e.shape[0], i, at = 0
+    cdef const uint8_t* up
+    cdef const uint8_t* ep
+    cdef int size
+    cdef int64_t pos0, index0, term = 0, t
+    if n_units == 0 or n_units % DLEDGER_UNIT:
+        return False
+    up = &u[0]
+    pos0 = _i64(up + 4)
+    index0 = _i64(up + 16)
+    for i in range(n_units // DLEDGER_UNIT):
+        up = &u[0] + i * DLEDGER_UNIT
+        size = _i32(up + 12)
+        t = _i64(up + 24)
+        if (
+            _i32(up) != magic
+            or size < DLEDGER_HEAD
+            or _i64(up + 4) != pos0 + at
+            or _i64(up + 16) != index0 + i
+            or t < term
+            or at + size > n_bytes
+        ):
+            return False
+        ep = &e[0] + at
+        if (
+            _i32(ep) != magic
+            or _i32(ep + 4) != size
+            or _i64(ep + 8) != index0 + i
+            or _i64(ep + 16) != t
+            or _i64(ep + 24) != pos0 + at
+            or _i32(ep + 44) != size - DLEDGER_HEAD
+        ):
+            return False
+        term = t
+        at += size
+    return at == n_bytes

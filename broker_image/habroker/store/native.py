@@ -59,6 +59,13 @@ walk_records: Callable[[memoryview, int, int, Sequence[int]], WalkedUnits] | Non
 (``ReputMessageService`` then parses and dispatches record by record)."""
 
 
+units_match_entries: Callable[[bytes | memoryview, bytes | memoryview, int], bool] | None = (
+    codec.units_match_entries if codec is not None else None
+)
+"""A DLedger raw push's index units checked against every entry they index, where compiled;
+None where not (:func:`habroker.dledger.entry.units_match_entries_py` then)."""
+
+
 def describe() -> str:
     """What a broker logs at start."""
     if codec is not None:
