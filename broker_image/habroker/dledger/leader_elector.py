@@ -82,6 +82,8 @@ class DLedgerLeaderElector:
         self.need_increase_term = False
         self.last_parse_result = "WAIT_TO_REVOTE"
         self.elections = 0
+        self._heartbeat_round = 0  # numbers the leader's heartbeat rounds
+        self._live_round: dict[str, int] = {}  # per peer: the round its `live` flag came from
         self._take_leadership: tuple[int, asyncio.Future[Body]] | None = None
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -194,6 +196,8 @@ class DLedgerLeaderElector:
             asyncio.ensure_future(self.rpc.call(peer, DLedgerRequestCode.HEART_BEAT, body)): peer
             for peer, body in requests.items()
         }
+        self._heartbeat_round += 1
+        round_no = self._heartbeat_round
         succ, not_ready, max_term, inconsistent = 1, 0, -1, False
         pending = set(calls)
         deadline = asyncio.get_running_loop().time() + t.heartbeat_interval_ms / 1000
@@ -208,7 +212,7 @@ class DLedgerLeaderElector:
                 peer = calls[fut]
                 reply = fut.result()
                 code = code_of(reply)
-                st.peers_live[peer] = code != DLedgerResponseCode.NETWORK_ERROR
+                self._note_live(peer, round_no, code)
                 if code == DLedgerResponseCode.SUCCESS:
                     succ += 1
                 elif code == DLedgerResponseCode.EXPIRED_TERM:
@@ -221,7 +225,7 @@ class DLedgerLeaderElector:
                 break
         for fut in pending:  # not needed for this round, but they still say who is live: a
             # peer that never answers (SIGSTOPped, partitioned) is NETWORK_ERROR at the timeout
-            fut.add_done_callback(functools.partial(self._late_heartbeat, calls[fut]))
+            fut.add_done_callback(functools.partial(self._late_heartbeat, calls[fut], round_no))
         if st.is_quorum(succ):
             self.last_succ_heartbeat = _now_ms()
             return
@@ -239,11 +243,18 @@ class DLedgerLeaderElector:
             )
             self.change_to_candidate(term)
 
-    def _late_heartbeat(self, peer: str, fut: asyncio.Future[Body]) -> None:
+    def _late_heartbeat(self, peer: str, round_no: int, fut: asyncio.Future[Body]) -> None:
         if fut.cancelled() or fut.exception() is not None:
             return
         if self.state.is_peer(peer):
-            self.state.peers_live[peer] = code_of(fut.result()) != DLedgerResponseCode.NETWORK_ERROR
+            self._note_live(peer, round_no, code_of(fut.result()))
+
+    def _note_live(self, peer: str, round_no: int, code: int) -> None:
+        """A heartbeat answer says whether ``peer`` is live, unless a later round's answer
+        already said so (a round's late timeout must not undo the next round's success)."""
+        if round_no >= self._live_round.get(peer, 0):
+            self._live_round[peer] = round_no
+            self.state.peers_live[peer] = code != DLedgerResponseCode.NETWORK_ERROR
 
     def membership_changed(self) -> None:
         """Heartbeats and votes use the new list from now on; a leader the change left out
