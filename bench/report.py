@@ -213,6 +213,16 @@ def rocketmq_goals(data: dict[str, Any], goal: Any, read_limit: float | None = N
         )
 
 
+def _disk_note(modes: dict[str, Any]) -> str:
+    """How full the disk was at each mode's start and end (brokers refuse writes when full)."""
+    parts = [
+        f"{mode} {m['disk_used_pct']['start']}% → {m['disk_used_pct']['end']}%"
+        for mode, m in modes.items()
+        if "disk_used_pct" in m
+    ]
+    return f" Disk in use (df's used / (used + available)): {', '.join(parts)}." if parts else ""
+
+
 def rocketmq_section(data: dict[str, Any]) -> list[str]:
     lines = [
         "",
@@ -245,7 +255,8 @@ def rocketmq_section(data: dict[str, Any]) -> list[str]:
         f"This part's run: {data.get('started', '?')}, {data.get('seconds', 0):.0f} s"
         f"{', quick (smoke test, not a measurement)' if data.get('quick') else ''}; load average "
         f"at start {data.get('machine', {}).get('loadavg_at_start', '?')} (the machine is shared: "
-        "compare ratios within this table, not with other sections' absolute figures).",
+        "compare ratios within this table, not with other sections' absolute figures)."
+        + _disk_note(modes),
         "",
         "| mode | batch | producers | habroker | RocketMQ | Redis | habroker / RocketMQ | "
         "habroker / Redis | req. p99 ms habroker / RocketMQ |",

@@ -41,6 +41,7 @@ from typing import Any
 from habroker.local import LocalGroup
 from habroker.remoting.codes import RequestCode
 from habroker.remoting.command import RemotingCommand
+from habroker.store.commit_log import disk_used_ratio
 
 from bench import common, loadgen, servers
 from bench.stats import percentiles, ratio, summary
@@ -535,6 +536,7 @@ def measure_mode(
     ns: Any, root: Path, mode: str, settings: common.Settings, redis: bool
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"mode": mode}
+    disk_at_start = round(disk_used_ratio(root), 1)
     namesrv = f"127.0.0.1:{NAMESRV_PORT}"
     with contextlib.ExitStack() as stack:
         master, slave = stack.enter_context(
@@ -577,6 +579,11 @@ def measure_mode(
             out["java_producer"] = java_producer(ns, run, settings)
         except Exception as exc:
             out["java_producer_error"] = f"{type(exc).__name__}: {exc}"
+        # a full disk makes brokers refuse writes (habroker past diskSpaceWarningLevelRatio):
+        # the JSON says how full it got; each mode's files go when it ends
+        out["disk_used_pct"] = {"start": disk_at_start, "end": round(disk_used_ratio(root), 1)}
+    for folder in (f"rocketmq-{mode}", f"habroker-{mode}", f"redis-{mode}"):
+        shutil.rmtree(root / folder, ignore_errors=True)
     return out
 
 
