@@ -29,6 +29,7 @@ from habroker.ha.protocol import (
     SLAVE_READ_BUFFER_SIZE,
     PeerClosed,
     ProtocolError,
+    Readable,
     check_header,
     send_all,
     tune_socket,
@@ -291,33 +292,38 @@ class HAClient:
         view = memoryview(self._buffer)
         await self._report(sock, store.max_phy_offset)
         unyielded = 0
-        while True:
-            try:
-                n = sock.recv_into(view)
-            except (BlockingIOError, InterruptedError):
+        readable = Readable(loop, sock)
+        try:
+            while True:
+                try:
+                    n = sock.recv_into(view)
+                except (BlockingIOError, InterruptedError):
+                    top = store.max_phy_offset
+                    if top > self._reported:
+                        await self._report(sock, top)
+                    await readable.wait()
+                    continue
+                if n == 0:
+                    where = ""
+                    if self._body_left:
+                        where = f" mid-frame ({self._body_left} body bytes missing)"
+                    elif self._header_len:
+                        where = f" mid-header ({self._header_len} of {HEADER.size} bytes)"
+                    raise PeerClosed(f"master closed the connection{where}")
+                self._last_read_at = time.monotonic()
+                self.received_bytes += n
+                self._dispatch(view[:n])
                 top = store.max_phy_offset
-                if top > self._reported:
+                if top - self._reported >= _REPORT_EVERY:
                     await self._report(sock, top)
-                n = await loop.sock_recv_into(sock, view)
-            if n == 0:
-                where = ""
-                if self._body_left:
-                    where = f" mid-frame ({self._body_left} body bytes missing)"
-                elif self._header_len:
-                    where = f" mid-header ({self._header_len} of {HEADER.size} bytes)"
-                raise PeerClosed(f"master closed the connection{where}")
-            self._last_read_at = time.monotonic()
-            self.received_bytes += n
-            self._dispatch(view[:n])
-            top = store.max_phy_offset
-            if top - self._reported >= _REPORT_EVERY:
-                await self._report(sock, top)
-            # recv_into returns without suspending while data is queued: during a catch-up
-            # the HTTP server and the keep-alive task would starve without this
-            unyielded += n
-            if unyielded >= _YIELD_EVERY:
-                unyielded = 0
-                await asyncio.sleep(0)
+                # recv_into returns without suspending while data is queued: during a
+                # catch-up the HTTP server and the keep-alive task would starve without this
+                unyielded += n
+                if unyielded >= _YIELD_EVERY:
+                    unyielded = 0
+                    await asyncio.sleep(0)
+        finally:
+            readable.close()
 
     def _dispatch(self, data: memoryview) -> None:
         """Parse the frames in ``data`` and append their bodies to the log.

@@ -32,7 +32,7 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING
 
 from habroker.ha.handshake import HandshakeError
-from habroker.ha.protocol import PeerClosed, ProtocolError, ReportReader, send_frame
+from habroker.ha.protocol import PeerClosed, ProtocolError, Readable, ReportReader, send_frame
 
 if TYPE_CHECKING:
     from habroker.ha.ha_service import HAService
@@ -150,21 +150,31 @@ class HAConnection:
         view = memoryview(buf)
         reader = ReportReader()
         confirmed = -1
-        while True:
-            n = await loop.sock_recv_into(self.sock, view)
-            if n == 0:
-                if reader.partial:
-                    raise ProtocolError(f"slave closed mid-report ({reader.partial} of 8 bytes)")
-                raise PeerClosed("slave closed the connection")
-            self.last_read_at = time.monotonic()
-            reports = reader.feed(view[:n])
-            for value in reports:
-                self._accept_report(value)
-            if reports:
-                self.last_report_at = self.last_read_at
-                if self.confirmed_offset > confirmed:
-                    confirmed = self.confirmed_offset
-                    self.service.notify_transfer_some(confirmed, self.transfer_start)
+        readable = Readable(loop, self.sock)
+        try:
+            while True:
+                await readable.wait()
+                try:
+                    n = self.sock.recv_into(view)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                if n == 0:
+                    if reader.partial:
+                        raise ProtocolError(
+                            f"slave closed mid-report ({reader.partial} of 8 bytes)"
+                        )
+                    raise PeerClosed("slave closed the connection")
+                self.last_read_at = time.monotonic()
+                reports = reader.feed(view[:n])
+                for value in reports:
+                    self._accept_report(value)
+                if reports:
+                    self.last_report_at = self.last_read_at
+                    if self.confirmed_offset > confirmed:
+                        confirmed = self.confirmed_offset
+                        self.service.notify_transfer_some(confirmed, self.transfer_start)
+        finally:
+            readable.close()
 
     def _accept_report(self, value: int) -> None:
         if value < 0:

@@ -102,6 +102,33 @@ def peer_name(sock: socket.socket) -> str:
     return f"{host}:{port}"
 
 
+class Readable:
+    """A socket's readability, its fd registered with the loop once for the connection's life.
+
+    ``loop.sock_recv_into`` adds and removes the reader around every wait: on a SYNC pair that
+    is several ``epoll_ctl`` calls per message at both ends of the HA connection. The loop's
+    polling is level-triggered, so a wait that starts after the data came still wakes at once.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+        self._loop = loop
+        self._fd = sock.fileno()
+        self._waiter: asyncio.Future[None] | None = None
+        loop.add_reader(self._fd, self._ready)
+
+    def _ready(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self) -> None:
+        self._waiter = waiter = self._loop.create_future()
+        await waiter
+
+    def close(self) -> None:
+        self._loop.remove_reader(self._fd)
+
+
 async def _wait_writable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
     fut: asyncio.Future[None] = loop.create_future()
     fd = sock.fileno()
