@@ -185,6 +185,17 @@ def rocketmq_goals(data: dict[str, Any], goal: Any, read_limit: float | None = N
                 1.0,
                 higher=False,
             )
+            redis = cells.get((mode, "redis", batch, producers))
+            goal(
+                "issue 17: SYNC single-message p99 / Redis XADD+WAIT p99, remoting "
+                "(batch 1, 1 producer)",
+                ratio(
+                    c["request_latency_ms"].get("p99"),
+                    redis["request_latency_ms"].get("p99") if redis else None,
+                ),
+                2.0,
+                higher=False,
+            )
     pulls = [c for m in modes.values() for c in m.get("pull", []) if c["system"] == "habroker"]
     for c in pulls:
         goal(
