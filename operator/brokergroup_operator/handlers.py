@@ -696,6 +696,7 @@ async def poll_group(
         apply_dledger_size=apply_dledger_size,
     )
     metrics.observe_sweep(namespace, name, result.status, time.monotonic() - started)
+    metrics.observe_events(namespace, name, result.events)
     for event in result.events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
     changes = status_patch(previous, result.status)
@@ -945,6 +946,7 @@ async def dledger_daemon(
         if event is not None and leader is not None:
             logger.info("%s: %s", event.reason, event.message)
             kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+            metrics.observe_events(namespace, name, [event])
             last = (leader.pod, leader.term)
         live = {n: pods[n].role for n in names if n in pods and not pods[n].deleting}
         try:

@@ -24,6 +24,18 @@ log = logging.getLogger(__name__)
 GROUP_LABELS = ("namespace", "brokergroup")
 #: Events that mean mastership moved (failover.py): kind label of failovers_total
 FAILOVER_REASONS = {"MasterPromoted": "failover", "SwitchoverDone": "switchover"}
+#: Events of DLEDGER groups (dledger.py, sweep.py, the leader daemon): reason label of
+#: dledger_events_total
+DLEDGER_REASONS = frozenset(
+    {
+        "LeaderElected",
+        "LeaderLost",
+        "LeadershipTransferred",
+        "LeadershipTransferFailed",
+        "PeerBehind",
+        "PeerCaughtUp",
+    }
+)
 
 REGISTRY = CollectorRegistry()
 SWEEPS = Counter(
@@ -41,6 +53,13 @@ FAILOVERS = Counter(
     "brokergroup_operator_failovers",
     "Mastership moves the failover controller completed (failover or switchover).",
     [*GROUP_LABELS, "kind"],
+    registry=REGISTRY,
+)
+DLEDGER_EVENTS = Counter(
+    "brokergroup_operator_dledger_events",
+    "DLEDGER groups: leader changes the operator saw (LeaderElected, LeaderLost), leadership it "
+    "moved (LeadershipTransferred, LeadershipTransferFailed), followers behind or caught up.",
+    [*GROUP_LABELS, "reason"],
     registry=REGISTRY,
 )
 ERRORS = Counter(
@@ -90,6 +109,25 @@ class GroupCollector(Collector):
                 ("brokergroup_operator_group_max_lag_bytes", "The most any slave is behind."),
             )
         }
+        dledger = {
+            name: GaugeMetricFamily(name, help_text, labels=GROUP_LABELS)
+            for name, help_text in (
+                ("brokergroup_operator_group_dledger_term", "DLEDGER: the leader's term."),
+                (
+                    "brokergroup_operator_group_dledger_committed_index",
+                    "DLEDGER: the leader's committed index.",
+                ),
+                (
+                    "brokergroup_operator_group_dledger_peers_live",
+                    "DLEDGER: peers the leader hears from (itself included).",
+                ),
+            )
+        }
+        peer_lag = GaugeMetricFamily(
+            "brokergroup_operator_group_dledger_peer_lag_entries",
+            "DLEDGER: entries each peer is behind the leader's log end.",
+            labels=[*GROUP_LABELS, "pod"],
+        )
         phase = GaugeMetricFamily(
             "brokergroup_operator_group_phase",
             "1 for the group's current .status.phase.",
@@ -118,7 +156,26 @@ class GroupCollector(Collector):
             ):
                 fams[fam_name].add_metric(labels, value)
             phase.add_metric([*labels, str(status.get("phase") or "Unknown")], 1)
-        return [managed, *fams.values(), phase]
+            group_dledger = status.get("dledger")
+            if group_dledger:
+                peers = group_dledger.get("peers") or []
+                for fam_name, found in (
+                    ("brokergroup_operator_group_dledger_term", group_dledger.get("term")),
+                    (
+                        "brokergroup_operator_group_dledger_committed_index",
+                        group_dledger.get("committedIndex"),
+                    ),
+                    (
+                        "brokergroup_operator_group_dledger_peers_live",
+                        sum(1 for p in peers if p.get("live")),
+                    ),
+                ):
+                    if found is not None:
+                        dledger[fam_name].add_metric(labels, int(found))
+                for peer in peers:
+                    if peer.get("lagEntries") is not None:
+                        peer_lag.add_metric([*labels, str(peer["pod"])], int(peer["lagEntries"]))
+        return [managed, *fams.values(), phase, *dledger.values(), peer_lag]
 
 
 GROUPS = GroupCollector()
@@ -133,11 +190,15 @@ def observe_sweep(namespace: str, name: str, status: Mapping[str, Any], seconds:
 
 
 def observe_events(namespace: str, name: str, events: Iterable[Any]) -> None:
-    """Count the failover controller's Events that mean mastership moved."""
+    """Count the Events that mean mastership moved (the failover controller's) and those of
+    DLEDGER groups (the sweep's and the leader daemon's)."""
     for event in events:
-        kind = FAILOVER_REASONS.get(getattr(event, "reason", ""))
+        reason = getattr(event, "reason", "")
+        kind = FAILOVER_REASONS.get(reason)
         if kind is not None:
             FAILOVERS.labels(namespace, name, kind).inc()
+        elif reason in DLEDGER_REASONS:
+            DLEDGER_EVENTS.labels(namespace, name, reason).inc()
 
 
 def count_error(handler: str) -> None:

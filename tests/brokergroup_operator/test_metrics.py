@@ -7,13 +7,14 @@ from __future__ import annotations
 import asyncio
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 from brokergroup_operator import metrics
 from brokergroup_operator.spec import GroupSpec, parse_spec
 from brokergroup_operator.status import Event
-from habroker.local import LocalGroup, free_port
+from habroker.local import LocalDLedgerGroup, LocalGroup, free_port
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.brokergroup_operator.test_sweep_brokers import Harness, local_group
@@ -126,3 +127,82 @@ async def _sweeps_and_gauges(local_group: LocalGroup, port: int) -> None:
     _, values = scrape(port)
     assert value(values, "brokergroup_operator_groups") == 0
     assert value(values, "brokergroup_operator_group_brokers_up", **GROUP) is None
+
+
+async def test_dledger_gauges_and_events_from_a_real_quorum(tmp_path: Path) -> None:
+    """A real 3-peer DLedger group swept as the operator sweeps it: term, committed index,
+    live peers and each peer's lag on /metrics, and the DLedger Events counted by reason. A
+    paused follower turns up as one peer fewer live."""
+    from tests.brokergroup_operator import test_dledger_brokers as dl
+
+    dgroup = {"namespace": "ns", "brokergroup": "dl"}
+    port = free_port()
+    server = metrics.serve(port, "127.0.0.1")
+    assert server is not None
+    quorum = LocalDLedgerGroup(tmp_path / "g", 3, **dl.FAST).start()
+    try:
+        quorum.wait_converged()
+        async with aiohttp.ClientSession() as session:
+            h = dl.Harness(quorum, session)
+
+            async def serving() -> bool:
+                result = await h.run()
+                peers = result.status["dledger"]["peers"]
+                return result.status["phase"] == "Running" and all(p["inSync"] for p in peers)
+
+            await dl.until(serving, 30, "the quorum Running with every peer caught up")
+            metrics.observe_sweep("ns", "dl", h.status, 0.02)
+            types, values = scrape(port)
+            d = h.status["dledger"]
+            assert types["brokergroup_operator_group_dledger_term"] == "gauge"
+            assert value(values, "brokergroup_operator_group_dledger_term", **dgroup) == d["term"]
+            assert (
+                value(values, "brokergroup_operator_group_dledger_committed_index", **dgroup)
+                == d["committedIndex"]
+            )
+            assert value(values, "brokergroup_operator_group_dledger_peers_live", **dgroup) == 3
+            for i in range(3):
+                lag = "brokergroup_operator_group_dledger_peer_lag_entries"
+                assert value(values, lag, pod=f"bg-peers-{i}", **dgroup) == 0
+
+            follower = next(p for p in quorum.peers if p is not quorum.leader())
+            follower.pause()
+            try:
+
+                async def noticed() -> bool:
+                    result = await h.run()
+                    return sum(1 for p in result.status["dledger"]["peers"] if p["live"]) == 2
+
+                await dl.until(noticed, 30, "the leader seeing the paused follower not live")
+            finally:
+                follower.resume()
+            metrics.observe_sweep("ns", "dl", h.status, 0.02)
+            _, values = scrape(port)
+            assert value(values, "brokergroup_operator_group_dledger_peers_live", **dgroup) == 2
+        # the sweep's and the leader daemon's Events, counted by reason (not as failovers)
+        metrics.observe_events(
+            "ns",
+            "dl",
+            [
+                Event("Normal", "LeaderElected", "bg-peers-1 (n1) is leader at term 3"),
+                Event("Normal", "LeadershipTransferred", "to n2"),
+                Event("Warning", "PeerBehind", "bg-peers-0 behind"),
+                Event("Normal", "SomethingElse", "not counted"),
+            ],
+        )
+        _, values = scrape(port)
+        events = "brokergroup_operator_dledger_events_total"
+        assert value(values, events, reason="LeaderElected", **dgroup) == 1
+        assert value(values, events, reason="LeadershipTransferred", **dgroup) == 1
+        assert value(values, events, reason="PeerBehind", **dgroup) == 1
+        assert value(values, events, reason="SomethingElse", **dgroup) is None
+        assert (
+            value(values, "brokergroup_operator_failovers_total", kind="failover", **dgroup) is None
+        )
+        metrics.forget("ns", "dl")
+        _, values = scrape(port)
+        assert value(values, "brokergroup_operator_group_dledger_term", **dgroup) is None
+    finally:
+        quorum.stop()
+        server.shutdown()
+        server.server_close()
