@@ -107,11 +107,6 @@ class GroupCollector(Collector):
                 ("brokergroup_operator_group_slaves", "Slaves the spec asks for."),
                 ("brokergroup_operator_group_slaves_in_sync", "Slaves in sync with the master."),
                 ("brokergroup_operator_group_max_lag_bytes", "The most any slave is behind."),
-            )
-        }
-        dledger = {
-            name: GaugeMetricFamily(name, help_text, labels=GROUP_LABELS)
-            for name, help_text in (
                 ("brokergroup_operator_group_dledger_term", "DLEDGER: the leader's term."),
                 (
                     "brokergroup_operator_group_dledger_committed_index",
@@ -171,11 +166,11 @@ class GroupCollector(Collector):
                     ),
                 ):
                     if found is not None:
-                        dledger[fam_name].add_metric(labels, int(found))
+                        fams[fam_name].add_metric(labels, int(found))
                 for peer in peers:
                     if peer.get("lagEntries") is not None:
                         peer_lag.add_metric([*labels, str(peer["pod"])], int(peer["lagEntries"]))
-        return [managed, *fams.values(), phase, *dledger.values(), peer_lag]
+        return [managed, *fams.values(), phase, peer_lag]
 
 
 GROUPS = GroupCollector()
