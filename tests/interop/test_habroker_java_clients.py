@@ -289,6 +289,43 @@ def test_java_slave_acks_confirm_sync_sends_on_a_habroker_sync_master(
     slave.stop()
 
 
+def test_habroker_slave_acks_a_java_sync_master_and_holds_its_bytes(netns: NetNS) -> None:
+    """The other direction: a habroker SLAVE of a real 4.9.7 SYNC_MASTER. Every Java SYNC send
+    answers SEND_OK only through the slave's reports, and the slave's commit log is the
+    master's, byte for byte."""
+    from tests.interop.rocketmq_java import BrokerSpec, JavaBroker, JavaNameServer
+
+    namesrv = JavaNameServer(netns, netns.root / "namesrv").start()
+    master = JavaBroker(
+        netns, V4, netns.root / "java-master",
+        BrokerSpec(role="SYNC_MASTER", namesrv_addr=namesrv.address, listen_port=10911),
+    )  # fmt: skip
+    master.start()
+    slave = netns.local_broker(
+        netns.root / "habroker-slave", brokerRole="SLAVE", brokerId=1,
+        haMasterAddress=master.ha_address, mappedFileSizeCommitLog=64 * 1024 * 1024,
+        listenPort=10921, fastListenPort=-1,
+    )  # fmt: skip
+    slave.start()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # connected and reported once: the master counts it
+        ha = slave.status()["slave"]
+        if ha["connected"] and ha["lastReportAgeMs"] is not None:
+            break
+        time.sleep(0.2)
+    assert ha["connected"], f"{ha}\n{slave.tail_log()}"
+    create_topic(netns, "T-jm", 2, namesrv=namesrv.address)
+    events = produce(netns, "T-jm", "--count", "200", "--id-prefix", "jm-", namesrv=namesrv.address)
+    sends = events_of(events, "send")
+    assert [e["status"] for e in sends] == ["SEND_OK"] * 200, sends[:3]
+    top = slave.status()["maxOffset"]
+    theirs = sorted((master.store_dir / "commitlog").iterdir())[0].read_bytes()[:top]
+    ours = sorted((slave.root / "store" / "commitlog").iterdir())[0].read_bytes()[:top]
+    assert top > 200 * 100 and ours == theirs
+    slave.stop()
+    master.stop()
+
+
 def test_a_habroker_master_with_the_ha_secret_refuses_a_java_slave(netns: NetNS) -> None:
     """The interop trade-off of haAuthSecretFile (docs/security.md): a Java slave cannot answer
     the handshake, so a master with the key refuses it and it never counts as a slave; SYNC
