@@ -62,8 +62,8 @@ EntryEncoder = Callable[[int, int, list[int]], list[bytes | memoryview]]
 _UNIT = struct.Struct(">iqiqq")  # an index unit: magic, pos, size, index, term
 _BLANK = struct.Struct(">ii")
 _ENTRY_HEAD = struct.Struct(">iiqqq")  # magic, size, index, term, pos
-_units_match = units_match_entries or units_match_entries_py
 _HEADER_WITH_LEN = struct.Struct(">iiqqqiiii")  # ... channel, chainCrc, bodyCrc, body length
+_units_match = units_match_entries or units_match_entries_py  # the compiled one where built
 
 
 class DLedgerStoreError(StoreError):
