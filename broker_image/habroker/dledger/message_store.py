@@ -235,7 +235,9 @@ class DLedgerMessageStore(MessageStore):
             [BODY_OFFSET + size for size in sizes], encode, PARTS_PER_ENTRY
         )
         offsets = [record_offset(pos) for pos in positions]
-        if terms:  # dispatched at commit from these, not parsed back out of the files
+        if terms and self.dreput.dispatch_units is None:
+            # pure Python: dispatched at commit from these, not parsed back out of the files
+            # (the compiled walk parses a committed run faster than the per-unit dispatch)
             units = self._units(topic, queue_id, entries, sizes, offsets, plan)
             self.dreput.plan(first_index, terms[0], positions, units)
         acks = [ack]
