@@ -12,6 +12,7 @@ from collections.abc import Callable
 import pytest
 from habroker.client import Producer
 from habroker.dledger.commit_log import encode_entries_py
+from habroker.dledger.entry import MAGIC_1, pack_index_units_py
 from habroker.local import LocalBroker
 from habroker.message import (
     MAGIC_V1,
@@ -179,6 +180,28 @@ def test_encode_entries_lays_down_the_python_loops_bytes(
     parts_py = encode_entries_py(*args, positions)
     assert [len(p) for p in parts] == [48 + n for n in sizes]
     assert b"".join(bytes(p) for p in parts) == b"".join(bytes(p) for p in parts_py)
+
+
+@needs_codec
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 2**62), st.integers(0, 2**31 - 1)), max_size=40),
+    st.integers(0, 2**62),
+    st.integers(0, 2**62),
+    st.sampled_from([MAGIC_1, -1, 0x7FFFFFFF]),
+)
+def test_pack_index_units_packs_the_python_loops_bytes(
+    units: list[tuple[int, int]], first: int, term: int, magic: int
+) -> None:
+    """The DLedger leader's index units for a batch: the same 32 bytes per entry."""
+    assert codec is not None
+    positions = [pos for pos, _ in units]
+    sizes = [size for _, size in units]
+    packed = codec.pack_index_units(positions, sizes, first, term, magic)
+    assert packed == pack_index_units_py(positions, sizes, first, term, magic)
+    assert len(packed) == 32 * len(units)
+    with pytest.raises(ValueError, match="positions"):
+        codec.pack_index_units([*positions, 0], sizes, first, term, magic)
 
 
 @needs_codec

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,6 +122,19 @@ def decode_index(
     """(magic, pos, size, index, term) of one 32-byte index unit."""
     magic, pos, size, index, term = _INDEX_UNIT.unpack_from(data, at)
     return magic, pos, size, index, term
+
+
+def pack_index_units_py(
+    positions: Sequence[int], sizes: Sequence[int], first: int, term: int, magic: int
+) -> bytes:
+    """The index units of entries ``first``, ``first + 1``, ... of ``term`` at ``positions``
+    (the compiled ``pack_index_units`` is the fast one; both give the same bytes)."""
+    if len(positions) != len(sizes):
+        raise ValueError(f"{len(positions)} positions, {len(sizes)} sizes")
+    out = bytearray(len(positions) * INDEX_UNIT_SIZE)
+    for i, (pos, size) in enumerate(zip(positions, sizes, strict=True)):
+        _INDEX_UNIT.pack_into(out, i * INDEX_UNIT_SIZE, magic, pos, size, first + i, term)
+    return bytes(out)
 
 
 def units_match_entries_py(

@@ -234,7 +234,7 @@ class DLedgerMessageStore(MessageStore):
         first_index, positions, ack = self.dledger.append_encoded(
             [BODY_OFFSET + size for size in sizes], encode, PARTS_PER_ENTRY
         )
-        offsets = [record_offset(pos) for pos in positions]
+        offsets = [pos + BODY_OFFSET for pos in positions]  # record_offset, without a call each
         if terms and self.dreput.dispatch_units is None:
             # pure Python: dispatched at commit from these, not parsed back out of the files
             # (the compiled walk parses a committed run faster than the per-unit dispatch)

@@ -24,6 +24,7 @@ import logging
 import os
 import struct
 from collections.abc import Callable, Sequence
+from itertools import accumulate
 from pathlib import Path
 
 from habroker.dledger.entry import (
@@ -37,6 +38,7 @@ from habroker.dledger.entry import (
     decode_header,
     decode_index,
     encode_index,
+    pack_index_units_py,
     same_entry,
     units_match_entries_py,
 )
@@ -44,7 +46,7 @@ from habroker.dledger.protocol import DLedgerResponseCode
 from habroker.store.errors import StoreError
 from habroker.store.mapped_file import MappedFile
 from habroker.store.mapped_file_queue import MappedFileQueue
-from habroker.store.native import units_match_entries
+from habroker.store.native import pack_index_units, units_match_entries
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +66,7 @@ _BLANK = struct.Struct(">ii")
 _ENTRY_HEAD = struct.Struct(">iiqqq")  # magic, size, index, term, pos
 _HEADER_WITH_LEN = struct.Struct(">iiqqqiiii")  # ... channel, chainCrc, bodyCrc, body length
 _units_match = units_match_entries or units_match_entries_py  # the compiled one where built
+_pack_units = pack_index_units or pack_index_units_py
 
 
 class DLedgerStoreError(StoreError):
@@ -330,20 +333,24 @@ class DLedgerMmapFileStore:
         mf = self.data.last_writable(0)
         base = mf.file_from_offset
         rel = mf.wrote_position
-        positions: list[int] = []
         starts: list[int] = []  # entries that open a new data file
-        for size in sizes:
-            if size + MIN_BLANK_LEN > file_size - rel:
-                if size + MIN_BLANK_LEN > file_size:
-                    raise DLedgerStoreError(
-                        DLedgerResponseCode.DISK_ERROR,
-                        f"an entry of {size} bytes does not fit a data file of {file_size} bytes",
-                    )
-                starts.append(len(positions))
-                base += file_size
-                rel = 0
-            positions.append(base + rel)
-            rel += size
+        if rel + sum(sizes) + MIN_BLANK_LEN <= file_size:  # all fit: no loop in Python
+            positions = list(accumulate(sizes[:-1], initial=base + rel))
+        else:
+            positions = []
+            for size in sizes:
+                if size + MIN_BLANK_LEN > file_size - rel:
+                    if size + MIN_BLANK_LEN > file_size:
+                        raise DLedgerStoreError(
+                            DLedgerResponseCode.DISK_ERROR,
+                            f"an entry of {size} bytes does not fit a data file of "
+                            f"{file_size} bytes",
+                        )
+                    starts.append(len(positions))
+                    base += file_size
+                    rel = 0
+                positions.append(base + rel)
+                rel += size
         first = self.ledger_end_index + 1
         parts = encode(term, first, positions)
         if len(parts) != len(sizes) * parts_per_entry:
@@ -371,13 +378,9 @@ class DLedgerMmapFileStore:
                     mf = self.data.last_writable(0)
         finally:
             if written:
-                units = bytearray(written * INDEX_UNIT_SIZE)
-                pack_unit = _UNIT.pack_into
-                for i in range(written):
-                    pack_unit(
-                        units, i * INDEX_UNIT_SIZE, CURRENT_MAGIC, positions[i], sizes[i],
-                        first + i, term,
-                    )  # fmt: skip
+                units = _pack_units(
+                    positions[:written], sizes[:written], first, term, CURRENT_MAGIC
+                )
                 self._append_index_units(first, units)
                 self.ledger_end_index = first + written - 1
                 self.ledger_end_term = term

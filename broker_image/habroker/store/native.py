@@ -66,6 +66,13 @@ units_match_entries: Callable[[bytes | memoryview, bytes | memoryview, int], boo
 None where not (:func:`habroker.dledger.entry.units_match_entries_py` then)."""
 
 
+pack_index_units: Callable[[Sequence[int], Sequence[int], int, int, int], bytes] | None = (
+    codec.pack_index_units if codec is not None else None
+)
+"""A DLedger leader's index units for a batch of entries, where compiled; None where not
+(:func:`habroker.dledger.entry.pack_index_units_py` then)."""
+
+
 def describe() -> str:
     """What a broker logs at start."""
     if codec is not None:
