@@ -260,6 +260,57 @@ async def test_a_peer_without_push_raw_answers_unsupported_and_one_with_it_appen
         await server.stop()
 
 
+async def test_a_leader_asking_for_compact_answers_reads_them_and_json_ones_alike(tmp_path):
+    """The leader's pushes (``raw_push_now``) ask for the DLedger code as the remoting code and
+    no body; a peer answering with DLedger's JSON body anyway (a habroker from before compact
+    answers, registered here the way it did) is read the same, and a peer without PUSH_RAW
+    still reads as UNSUPPORTED."""
+    from habroker.dledger.protocol import DLedgerRequestCode, decode_raw_push
+
+    leader = leader_with(tmp_path / "l", [50] * 3)
+    follower = open_store(tmp_path / "f", "n1")
+    peers = {"n0": "127.0.0.1:0", "n1": "127.0.0.1:0"}
+    server = DLedgerRpcService(dict(peers), "n1")
+    await server.server.start("127.0.0.1", 0)
+    peers["n1"] = f"127.0.0.1:{server.server._servers[0].sockets[0].getsockname()[1]}"
+    client = DLedgerRpcService(peers, "n0")
+
+    def handler(request: dict[str, object]) -> dict[str, object]:
+        raw = request[RAW_KEY]
+        follower.append_raw_as_follower(raw.data, raw.first, raw.count, 1, "n0")  # type: ignore[attr-defined]
+        return {"code": int(RC.SUCCESS), "index": raw.first + raw.count - 1, "term": 1}  # type: ignore[attr-defined]
+
+    async def push(first: int) -> dict[str, object]:
+        count, body = leader.raw_push_body(first, 1, 1 << 20)
+        fields = raw_push_header(
+            "g", local_id="n0", remote_id="n1", term=1, commit_index=-1, first=first, count=count
+        )
+        answered: asyncio.Future[dict[str, object]] = asyncio.get_running_loop().create_future()
+        assert client.raw_push_now("n1", fields, body, answered.set_result)
+        return await asyncio.wait_for(answered, 5)
+
+    try:
+        count, body = leader.raw_push_body(0, 1, 1 << 20)
+        fields = raw_push_header(
+            "g", local_id="n0", remote_id="n1", term=1, commit_index=-1, first=0, count=count
+        )
+        unsupported = await client.call_raw_push("n1", fields, body)  # connects, too
+        assert unsupported["code"] == RC.UNSUPPORTED
+        assert (await push(0))["code"] == RC.UNSUPPORTED, "the callback path reads it alike"
+        server.register_raw_push(handler)
+        assert await push(0) == {"code": RC.SUCCESS, "remoteId": "n1"}  # compact: code only
+        server._register(  # the way a habroker before compact answers registered PUSH_RAW
+            DLedgerRequestCode.PUSH_RAW,
+            handler,
+            lambda request: decode_raw_push(request.ext_fields, request.body_bytes),
+        )
+        assert await push(1) == {"code": RC.SUCCESS, "index": 1, "term": 1}
+        assert [follower.get(i) for i in range(2)] == [leader.get(i) for i in range(2)]
+    finally:
+        await client.stop()
+        await server.stop()
+
+
 def _follower_pusher(tmp_path: Path):  # type: ignore[no-untyped-def]
     from habroker.config import parse_peers
     from habroker.dledger.entry_pusher import DLedgerEntryPusher, PusherConfig

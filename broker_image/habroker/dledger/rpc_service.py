@@ -7,7 +7,6 @@ peer that cannot be reached answers NETWORK_ERROR, like the Java service's faile
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -32,6 +31,8 @@ Handler = Callable[[Body], Body | Awaitable[Body]]
 
 #: the Java service's invokeAsync timeout
 RPC_TIMEOUT_S = 3.0
+#: a PUSH_RAW field by which the leader asks for the DLedger code as the remoting code
+ANSWER_FIELD, ANSWER_CODE = "answer", "code"
 
 
 class DLedgerRpcService:
@@ -52,11 +53,14 @@ class DLedgerRpcService:
         self._register(code, handler, lambda request: decoder(request.body_bytes))
 
     def register_raw_push(self, handler: Handler) -> None:
-        """PUSH_RAW: the fields in extFields, the entries' bytes as the body."""
+        """PUSH_RAW: the fields in extFields, the entries' bytes as the body.  A leader that
+        asks for it (``answer=code``) is answered with the DLedger code as the remoting code
+        and no body: all it reads, two answers per produce batch."""
         self._register(
             DLedgerRequestCode.PUSH_RAW,
             handler,
             lambda request: decode_raw_push(request.ext_fields, request.body_bytes),
+            compact=lambda request: request.ext_fields.get(ANSWER_FIELD) == ANSWER_CODE,
         )
 
     def _register(
@@ -64,8 +68,11 @@ class DLedgerRpcService:
         code: DLedgerRequestCode,
         handler: Handler,
         decoder: Callable[[RemotingCommand], Body],
+        compact: Callable[[RemotingCommand], bool] | None = None,
     ) -> None:
         def respond(request: RemotingCommand, reply: Body) -> RemotingCommand:
+            if compact is not None and compact(request):
+                return request.response(code=int(reply.get("code", DLedgerResponseCode.UNKNOWN)))
             # the remoting code is always DLedger's SUCCESS (200, as Java's DLedgerRpcNettyService
             # answers, not remoting's 0): the DLedger outcome is in the body
             return request.response(code=int(DLedgerResponseCode.SUCCESS), body=encode(reply))
@@ -121,32 +128,31 @@ class DLedgerRpcService:
         """:meth:`call_raw_push` sent before this returns, ``on_answer`` called with the answer
         (no task between the leader's append and the socket); False, and nothing sent, when
         there is no open connection to the peer yet."""
-        try:
-            waiter = self.client.invoke_now(
-                self.peers[peer_id], int(DLedgerRequestCode.PUSH_RAW), fields, entries
-            )
-        except RemotingError:
-            waiter = None
-        if waiter is None:
-            return False
-        self.sent += 1
         code = DLedgerRequestCode.PUSH_RAW
 
-        def answered(done: asyncio.Future[RemotingCommand]) -> None:
-            if done.cancelled():
-                on_answer(self._failure(peer_id, code, "cancelled"))
-                return
-            exc = done.exception()
-            if exc is not None:
-                on_answer(self._failure(peer_id, code, exc))
+        def answered(answer: RemotingCommand | RemotingError) -> None:
+            if isinstance(answer, RemotingError):
+                on_answer(self._failure(peer_id, code, answer))
                 return
             try:
-                on_answer(self._body_of(peer_id, done.result()))
+                on_answer(self._raw_push_answer(peer_id, answer))
             except ValueError as bad:
                 on_answer(self._failure(peer_id, code, bad))
 
-        waiter.add_done_callback(answered)
-        return True
+        try:
+            sent = self.client.invoke_callback_now(
+                self.peers[peer_id],
+                int(code),
+                {**fields, ANSWER_FIELD: ANSWER_CODE},
+                entries,
+                answered,
+                timeout=RPC_TIMEOUT_S,
+            )
+        except RemotingError:
+            sent = False
+        if sent:
+            self.sent += 1
+        return sent
 
     async def _invoke(
         self,
@@ -164,6 +170,14 @@ class DLedgerRpcService:
             return self._body_of(peer_id, answer)
         except (RemotingError, TimeoutError, OSError, ValueError) as exc:
             return self._failure(peer_id, code, exc)
+
+    @classmethod
+    def _raw_push_answer(cls, peer_id: str, answer: RemotingCommand) -> Body:
+        """A PUSH_RAW's answer: the code alone, or a JSON body from a peer that does not
+        answer that way (a habroker before compact answers)."""
+        if answer.body_bytes or answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+            return cls._body_of(peer_id, answer)
+        return {"code": answer.code, "remoteId": peer_id}
 
     @staticmethod
     def _body_of(peer_id: str, answer: RemotingCommand) -> Body:

@@ -26,6 +26,12 @@ class RemotingError(Exception):
     """A request that got no answer: the channel closed or the time ran out."""
 
 
+#: :meth:`Channel.invoke_callback`'s: the answer, or why there is none
+AnswerCallback = Callable[[RemotingCommand | RemotingError], None]
+#: how often a channel looks for :meth:`Channel.invoke_callback` answers overdue
+SWEEP_S = 0.5
+
+
 class RequestDispatcher(Protocol):
     def dispatch(self, channel: Channel, request: RemotingCommand) -> None: ...
 
@@ -45,6 +51,9 @@ class Channel(asyncio.BufferedProtocol):
         self.remote_address = "?"
         self.local_address = "?"
         self.pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        #: :meth:`invoke_callback`'s waiters: opaque → (deadline on the loop clock, callback)
+        self.callbacks: dict[int, tuple[float, AnswerCallback]] = {}
+        self._sweeper: asyncio.TimerHandle | None = None
         self.closed = asyncio.get_running_loop().create_future()
         self._write_paused = False
         self._drained: asyncio.Future[None] | None = None
@@ -73,8 +82,13 @@ class Channel(asyncio.BufferedProtocol):
         for cmd in commands:
             if cmd.is_response:
                 waiter = self.pending.pop(cmd.opaque, None)
-                if waiter is not None and not waiter.done():
-                    waiter.set_result(cmd)
+                if waiter is not None:
+                    if not waiter.done():
+                        waiter.set_result(cmd)
+                    continue
+                called = self.callbacks.pop(cmd.opaque, None)
+                if called is not None:
+                    self._call(called[1], cmd)
             elif self.dispatcher is not None:
                 self.dispatcher.dispatch(self, cmd)
 
@@ -83,6 +97,10 @@ class Channel(asyncio.BufferedProtocol):
             if not waiter.done():
                 waiter.set_exception(RemotingError(f"connection to {self.remote_address} closed"))
         self.pending.clear()
+        self._fail_callbacks(lambda _deadline: True, f"connection to {self.remote_address} closed")
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         if self._drained is not None and not self._drained.done():
             self._drained.set_result(None)
         if not self.closed.done():
@@ -155,6 +173,45 @@ class Channel(asyncio.BufferedProtocol):
 
         waiter.add_done_callback(settled)
         return waiter
+
+    def invoke_callback(
+        self, request: RemotingCommand, timeout: float, callback: AnswerCallback
+    ) -> None:
+        """Send a request now; ``callback`` gets its answer straight from the read that brings
+        it (no future, no loop pass), or a :class:`RemotingError` when the channel closes or
+        ``timeout`` passes first (checked every :data:`SWEEP_S`, so up to that much later).
+        For a DLedger leader's pushes, two per produce batch: the follower's answer completes
+        the producers it commits without waiting for a task or a timer of its own."""
+        if not self.is_open:
+            raise RemotingError(f"connection to {self.remote_address} is closed")
+        opaque = request.opaque = next(_opaques) & 0x7FFFFFFF
+        loop = asyncio.get_running_loop()
+        self.callbacks[opaque] = (loop.time() + timeout, callback)
+        self.write(request)
+        if self._sweeper is None:
+            self._sweeper = loop.call_later(SWEEP_S, self._sweep)
+
+    def _sweep(self) -> None:
+        now = asyncio.get_running_loop().time()
+        self._fail_callbacks(
+            lambda deadline: deadline <= now,
+            f"no answer from {self.remote_address} in time",
+        )
+        self._sweeper = (
+            asyncio.get_running_loop().call_later(SWEEP_S, self._sweep) if self.callbacks else None
+        )
+
+    def _fail_callbacks(self, expired: Callable[[float], bool], why: str) -> None:
+        gone = [opaque for opaque, (deadline, _) in self.callbacks.items() if expired(deadline)]
+        for opaque in gone:
+            _, callback = self.callbacks.pop(opaque)
+            self._call(callback, RemotingError(why))
+
+    def _call(self, callback: AnswerCallback, answer: RemotingCommand | RemotingError) -> None:
+        try:
+            callback(answer)
+        except Exception:  # the caller's bug must not close the channel nor skip the others
+            log.exception("answer callback on the channel to %s", self.remote_address)
 
     def send_oneway(self, request: RemotingCommand) -> None:
         request.opaque = next(_opaques) & 0x7FFFFFFF

@@ -16,7 +16,7 @@ import ssl
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from habroker.remoting.channel import Channel, RemotingError, RequestDispatcher
+from habroker.remoting.channel import AnswerCallback, Channel, RemotingError, RequestDispatcher
 from habroker.remoting.codes import ResponseCode, code_name
 from habroker.remoting.command import Body, RemotingCommand, SerializeType
 
@@ -135,6 +135,29 @@ class RemotingClient:
         if self.rpc_hook is not None:
             self.rpc_hook(request)
         return channel.invoke_future(request, timeout or self.timeout)
+
+    def invoke_callback_now(
+        self,
+        address: str,
+        code: int,
+        header: Mapping[str, Any] | None,
+        body: Body | None,
+        callback: AnswerCallback,
+        *,
+        timeout: float | None = None,
+    ) -> bool:
+        """:meth:`invoke_now` with ``callback`` given the answer (or the
+        :class:`~habroker.remoting.channel.RemotingError`) as
+        :meth:`~habroker.remoting.channel.Channel.invoke_callback` does; False, and nothing
+        sent, when no channel is open yet."""
+        channel = self._channels.get(address)
+        if channel is None or not channel.is_open:
+            return False
+        request = RemotingCommand.request(code, header, body, serialize_type=self.serialize_type)
+        if self.rpc_hook is not None:
+            self.rpc_hook(request)
+        channel.invoke_callback(request, timeout or self.timeout, callback)
+        return True
 
     async def call(
         self,

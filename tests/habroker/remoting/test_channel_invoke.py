@@ -107,3 +107,76 @@ async def test_a_caller_that_gives_up_leaves_nothing_pending(address: str) -> No
         assert not channel.pending
         answer = await channel.invoke(RemotingCommand.request(ANSWER), 2)
         assert answer.remark == "answered"
+
+
+# -- invoke_callback: the answer handed over from the read itself ---------------------------------
+class Answers:
+    """What callbacks got, with when; :meth:`wait` until ``n`` have come (5 s at most)."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[float, RemotingCommand | RemotingError]] = []
+        self._more = asyncio.Event()
+
+    def __call__(self, answer: RemotingCommand | RemotingError) -> None:
+        self.got.append((asyncio.get_running_loop().time(), answer))
+        self._more.set()
+
+    async def wait(self, n: int) -> list[RemotingCommand | RemotingError]:
+        async with asyncio.timeout(5):
+            while len(self.got) < n:
+                self._more.clear()
+                await self._more.wait()
+        return [answer for _, answer in self.got]
+
+
+async def test_a_callback_gets_its_answer_from_the_read_and_leaves_nothing_behind(
+    address: str,
+) -> None:
+    async with RemotingClient(timeout=2) as client:
+        answers = Answers()
+        assert not client.invoke_callback_now(address, ANSWER, None, b"x", answers)
+        channel = await _channel(client, address)
+        for i in range(3):
+            sent = client.invoke_callback_now(address, ANSWER, None, bytes([i]), answers)
+            assert sent and channel.callbacks, "written before invoke_callback_now returned"
+        got = await answers.wait(3)
+        assert [a.body_bytes for a in got if isinstance(a, RemotingCommand)] == [
+            b"\0",
+            b"\1",
+            b"\2",
+        ]
+        assert not channel.callbacks and not channel.pending
+
+
+async def test_a_callback_without_an_answer_gets_an_error_after_the_timeout(address: str) -> None:
+    async with RemotingClient() as client:
+        channel = await _channel(client, address)
+        answers = Answers()
+        started = asyncio.get_running_loop().time()
+        channel.invoke_callback(RemotingCommand.request(SILENT), 0.3, answers)
+        await answers.wait(1)
+        when, answer = answers.got[0]
+        assert isinstance(answer, RemotingError) and "no answer" in str(answer)
+        assert 0.25 < when - started < 0.3 + 0.5 + 0.5, when - started  # timeout + one sweep
+        assert not channel.callbacks
+
+
+async def test_a_closed_connection_fails_every_callback_and_a_raising_one_spoils_nothing(
+    address: str,
+) -> None:
+    async with RemotingClient() as client:
+        channel = await _channel(client, address)
+        answers = Answers()
+
+        def raising(answer: RemotingCommand | RemotingError) -> None:
+            raise RuntimeError("a caller's bug")
+
+        channel.invoke_callback(RemotingCommand.request(SILENT), 30, raising)
+        channel.invoke_callback(RemotingCommand.request(SILENT), 30, answers)
+        channel.invoke_callback(RemotingCommand.request(HANG_UP), 30, answers)
+        got = await answers.wait(2)
+        assert len(got) == 2 and all(isinstance(a, RemotingError) for a in got), got
+        assert all("closed" in str(a) for a in got)
+        assert not channel.callbacks
+        with pytest.raises(RemotingError, match="closed"):
+            channel.invoke_callback(RemotingCommand.request(ANSWER), 1, answers)
