@@ -251,7 +251,8 @@ def offset_msg_id(store_host: tuple[str, int], commit_log_offset: int) -> str:
 def offset_msg_ids(store_host: tuple[str, int], commit_log_offsets: Iterable[int]) -> list[str]:
     """:func:`offset_msg_id` of each offset: the host's hex is computed once (a batch's answer)."""
     prefix = _host_block_hex(store_host)
-    return [f"{prefix}{_I64.pack(offset).hex().upper()}" for offset in commit_log_offsets]
+    # offsets are never negative: the int64's upper-case hex is the number's, 16 digits
+    return [f"{prefix}{offset:016X}" for offset in commit_log_offsets]
 
 
 def decode_offset_msg_id(msg_id: str) -> tuple[tuple[str, int], int]:

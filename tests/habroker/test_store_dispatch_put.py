@@ -15,7 +15,7 @@ from habroker.message import (
     TRANSACTION_TYPE_MASK,
     parse_record,
 )
-from habroker.store import BatchEntry, MessageStore
+from habroker.store import BatchEntry, MessageStore, native
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -96,11 +96,18 @@ async def put_all(root: Path, batches: list[tuple[str, int, int, list[tuple[int,
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(batch, min_size=1, max_size=40))
-def test_units_from_the_put_equal_units_parsed_from_the_log(batches) -> None:
+@given(st.lists(batch, min_size=1, max_size=40), st.booleans())
+def test_units_from_the_put_equal_units_parsed_from_the_log(batches, python_loop) -> None:
+    """Both ways of making them: the compiled ``put_cq_units`` (where built) and the Python
+    loop of ``put_unit`` calls."""
+    compiled = native.put_cq_units
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        asyncio.run(put_all(root, batches))
+        native.put_cq_units = None if python_loop else compiled
+        try:
+            asyncio.run(put_all(root, batches))
+        finally:
+            native.put_cq_units = compiled
         expected = reparsed_units(root)
         for (topic, queue_id), units in expected.items():
             assert cq_units(root, topic, queue_id) == units, (topic, queue_id)

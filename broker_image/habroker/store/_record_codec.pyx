@@ -637,3 +637,32 @@ def pack_index_units(positions, sizes, int64_t first, int64_t term, int magic):
         _put64(p + 24, term)
         p += DLEDGER_UNIT
     return out
+
+
+# -- the master's consume-queue units from its put (MessageStore._dispatch_put) -------------------
+def put_cq_units(topic, entries, sizes, int64_t phys, int64_t store_timestamp, delay_levels):
+    """The consume-queue units of a batch whose records lie back to back from ``phys`` (one
+    per entry: offset, size, tagsCode), in one buffer for ``ConsumeQueue.put_units``; the same
+    units as the Python loop's ``put_unit`` calls."""
+    cdef Py_ssize_t n = len(entries), i, size, n_props
+    if len(sizes) != n:
+        raise ValueError(f"{n} entries, {len(sizes)} sizes")
+    out = PyBytes_FromStringAndSize(NULL, n * CQ_UNIT)
+    cdef uint8_t* p = <uint8_t*>PyBytes_AS_STRING(out)
+    cdef const uint8_t[::1] view
+    cdef int64_t tags
+    for i in range(n):
+        props = entries[i].properties
+        size = <Py_ssize_t>sizes[i]
+        n_props = len(props)
+        if n_props:
+            view = props
+            tags = _tags_code_at(topic, &view[0], n_props, store_timestamp, delay_levels, props)
+        else:
+            tags = 0
+        _put64(p, phys)
+        _put32(p + 8, <uint32_t>size)
+        _put64(p + 12, tags)
+        p += CQ_UNIT
+        phys += size
+    return out

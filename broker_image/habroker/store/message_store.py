@@ -38,6 +38,7 @@ from habroker.message import (
     decode_record,
     host_block,
 )
+from habroker.store import native
 from habroker.store.checkpoint import StoreCheckpoint
 from habroker.store.cleaner import (
     FORCED_FILES_PER_PASS,
@@ -408,7 +409,13 @@ class MessageStore:
         tran = plan.sys_flag & TRANSACTION_TYPE_MASK
         if not tran or tran == TRANSACTION_COMMIT_TYPE:
             cq = self._queue_for(topic, queue_id, at)
-            if cq is not None:
+            if cq is not None and native.put_cq_units is not None:
+                sizes = plan.sizes if plan.sizes is not None else (plan.total,)
+                units = native.put_cq_units(
+                    topic, entries, sizes, at, plan.store_ts, self.reput.delay_levels
+                )
+                cq.put_units(units, plan.queue_offset, at + plan.total)
+            elif cq is not None:
                 put_unit = cq.put_unit
                 levels = self.reput.delay_levels  # parsed once, at start
                 store_ts = plan.store_ts

@@ -12,8 +12,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from habroker import message
+
+if TYPE_CHECKING:
+    from habroker.store.values import BatchEntry
 
 PURE_PYTHON_ENV = "BROKERGROUP_PURE_PYTHON"
 
@@ -65,6 +69,12 @@ units_match_entries: Callable[[bytes | memoryview, bytes | memoryview, int], boo
 """A DLedger raw push's index units checked against every entry they index, where compiled;
 None where not (:func:`habroker.dledger.entry.units_match_entries_py` then)."""
 
+
+put_cq_units: (
+    Callable[[str, Sequence[BatchEntry], Sequence[int], int, int, Sequence[int]], bytes] | None
+) = codec.put_cq_units if codec is not None else None
+"""The consume-queue units of a batch the master just wrote, in one buffer, where compiled;
+None where not (``MessageStore._dispatch_put`` then puts them one by one)."""
 
 pack_index_units: Callable[[Sequence[int], Sequence[int], int, int, int], bytes] | None = (
     codec.pack_index_units if codec is not None else None
