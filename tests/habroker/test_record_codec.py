@@ -205,6 +205,31 @@ def test_pack_index_units_packs_the_python_loops_bytes(
 
 
 @needs_codec
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 400), st.integers(0, 60)), min_size=1, max_size=30),
+    st.integers(0, 200),
+    st.integers(0, 400),
+    st.integers(0, 60),
+    st.integers(0, 700),
+)
+def test_record_sizes_are_the_put_loops_or_none_past_a_limit(
+    lengths: list[tuple[int, int]], base: int, max_body: int, max_props: int, room: int
+) -> None:
+    """``plan_put``'s sizes: each record's base plus its body and properties; None (the
+    Python loop then names the entry) as soon as one breaks a limit."""
+    assert codec is not None
+    batch = [BatchEntry(0, b"b" * body, b"p" * props) for body, props in lengths]
+    within = all(
+        body <= max_body and props <= max_props and base + body + props <= room
+        for body, props in lengths
+    )
+    sizes = [base + body + props for body, props in lengths]
+    expected = (sum(sizes), sizes) if within else None
+    assert codec.record_sizes(batch, base, max_body, max_props, room) == expected
+
+
+@needs_codec
 def test_encode_entries_refuses_sizes_that_do_not_match_the_records() -> None:
     assert codec is not None
     batch = [BatchEntry(0, memoryview(b"x" * 10), b"")]

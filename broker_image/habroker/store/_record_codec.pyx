@@ -666,3 +666,30 @@ def put_cq_units(topic, entries, sizes, int64_t phys, int64_t store_timestamp, d
         p += CQ_UNIT
         phys += size
     return out
+
+
+# -- a batch's record sizes (MessageStore.plan_put) ----------------------------------------------
+def record_sizes(
+    entries,
+    Py_ssize_t record_base,
+    Py_ssize_t max_body,
+    Py_ssize_t max_props,
+    Py_ssize_t room,
+):
+    """(total, sizes) of the records a batch encodes to, each ``record_base`` plus its body
+    and properties; None when any entry breaks a limit (``plan_put``'s Python loop then says
+    which and why)."""
+    cdef Py_ssize_t n = len(entries), i, body_len, props_len, record_len, total = 0
+    sizes = [0] * n
+    for i in range(n):
+        entry = entries[i]
+        body_len = len(entry.body)
+        props_len = len(entry.properties)
+        if body_len > max_body or props_len > max_props:
+            return None
+        record_len = record_base + body_len + props_len
+        if record_len > room:
+            return None
+        total += record_len
+        sizes[i] = record_len
+    return total, sizes

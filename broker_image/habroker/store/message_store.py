@@ -549,7 +549,14 @@ class MessageStore:
         room = file_size - END_FILE_MIN_BLANK_LENGTH
         total = 0
         sizes: list[int] | None = [] if len(entries) > 1 else None
-        for i, entry in enumerate(entries):
+        fast = (
+            native.record_sizes(entries, record_base, max_body, MAX_PROPERTIES_LENGTH, room)
+            if native.record_sizes is not None and sizes is not None
+            else None
+        )
+        if fast is not None:
+            total, sizes = fast
+        for i, entry in enumerate(entries if fast is None else ()):
             body_len = len(entry.body)
             props_len = len(entry.properties)
             if body_len > max_body:

@@ -76,6 +76,13 @@ put_cq_units: (
 """The consume-queue units of a batch the master just wrote, in one buffer, where compiled;
 None where not (``MessageStore._dispatch_put`` then puts them one by one)."""
 
+record_sizes: (
+    Callable[[Sequence[BatchEntry], int, int, int, int], tuple[int, list[int]] | None] | None
+) = codec.record_sizes if codec is not None else None
+"""(total, sizes) of a batch's records where compiled and every entry is within the limits;
+None where not compiled (``MessageStore.plan_put`` then loops in Python, as it does to say
+which entry breaks a limit)."""
+
 pack_index_units: Callable[[Sequence[int], Sequence[int], int, int, int], bytes] | None = (
     codec.pack_index_units if codec is not None else None
 )
