@@ -9,7 +9,7 @@ import pytest
 from habroker.remoting import BadFrame, FrameDecoder, RemotingCommand, SerializeType
 from habroker.remoting.codes import LanguageCode
 from habroker.remoting.command import iter_frames
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 
@@ -201,3 +201,57 @@ def test_frame_limit_is_configurable():
     assert len(FrameDecoder(max_length=4096).feed(big)) == 1
     with pytest.raises(BadFrame):
         FrameDecoder(max_length=1024).feed(big)
+
+
+_scalar = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**33), 2**33),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=8),
+)
+
+
+_int32 = st.integers(-(2**31), 2**31 - 1)
+#: mostly what a client writes (so the typed path is taken), sometimes anything
+_field = st.one_of(_int32, _int32, _int32, _scalar)
+
+
+@settings(max_examples=400)
+@given(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "code": _field,
+            "opaque": _field,
+            "flag": _field,
+            "version": _field,
+            "remark": st.one_of(st.text(max_size=8), st.none(), _scalar),
+            "language": st.one_of(st.sampled_from(["JAVA", "PYTHON", "GO", "COBOL"]), _scalar),
+            "serializeTypeCurrentRPC": st.just("JSON"),
+            "extFields": st.one_of(
+                st.dictionaries(st.text(max_size=6), st.text(max_size=6), max_size=4),
+                st.dictionaries(st.text(max_size=6), st.text(max_size=6), max_size=4),
+                st.none(),
+                st.dictionaries(st.text(max_size=6), _scalar, max_size=4),
+                _scalar,
+            ),
+        },
+    )
+)
+def test_the_typed_json_header_reads_as_the_checked_one_or_refuses_alike(header) -> None:
+    """The fast path (msgspec decoding straight into typed fields) gives the command the
+    field-by-field path gives, and whatever it cannot type goes that path: the same command
+    or the same refusal, for any header."""
+    from habroker.remoting.command import _decode_json_header, _decode_json_header_checked
+
+    raw = memoryview(json.dumps(header).encode())
+    try:
+        expected: RemotingCommand | str = _decode_json_header_checked(raw)
+    except BadFrame as exc:
+        expected = str(exc)
+    try:
+        got: RemotingCommand | str = _decode_json_header(raw)
+    except BadFrame as exc:
+        got = str(exc)
+    assert got == expected
