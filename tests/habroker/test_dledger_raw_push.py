@@ -226,16 +226,22 @@ def test_a_raw_push_whose_count_disagrees_with_its_units_is_refused(tmp_path):
     assert [follower.get(i) for i in range(4)] == [leader.get(i) for i in range(4)]
 
 
-async def test_a_peer_without_push_raw_answers_unsupported_and_one_with_it_appends(tmp_path):
-    """Our own RemotingServer stands for the peer here (a Java peer's answer to an unknown
-    code, REQUEST_CODE_NOT_SUPPORTED, is exercised by tests/interop/test_dledger_mixed_*)."""
+async def _leader_and_listening_follower(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A leader's log of three entries, an empty follower log, the follower's RPC service
+    listening (nothing registered yet) and the leader's."""
     leader = leader_with(tmp_path / "l", [50] * 3)
     follower = open_store(tmp_path / "f", "n1")
     peers = {"n0": "127.0.0.1:0", "n1": "127.0.0.1:0"}
     server = DLedgerRpcService(dict(peers), "n1")
     await server.server.start("127.0.0.1", 0)
     peers["n1"] = f"127.0.0.1:{server.server._servers[0].sockets[0].getsockname()[1]}"
-    client = DLedgerRpcService(peers, "n0")
+    return leader, follower, server, DLedgerRpcService(peers, "n0")
+
+
+async def test_a_peer_without_push_raw_answers_unsupported_and_one_with_it_appends(tmp_path):
+    """Our own RemotingServer stands for the peer here (a Java peer's answer to an unknown
+    code, REQUEST_CODE_NOT_SUPPORTED, is exercised by tests/interop/test_dledger_mixed_*)."""
+    leader, follower, server, client = await _leader_and_listening_follower(tmp_path)
     count, body = leader.raw_push_body(0, 64, 1 << 20)
     fields = raw_push_header(
         "g", local_id="n0", remote_id="n1", term=1, commit_index=-1, first=0, count=count
@@ -267,13 +273,7 @@ async def test_a_leader_asking_for_compact_answers_reads_them_and_json_ones_alik
     still reads as UNSUPPORTED."""
     from habroker.dledger.protocol import DLedgerRequestCode, decode_raw_push
 
-    leader = leader_with(tmp_path / "l", [50] * 3)
-    follower = open_store(tmp_path / "f", "n1")
-    peers = {"n0": "127.0.0.1:0", "n1": "127.0.0.1:0"}
-    server = DLedgerRpcService(dict(peers), "n1")
-    await server.server.start("127.0.0.1", 0)
-    peers["n1"] = f"127.0.0.1:{server.server._servers[0].sockets[0].getsockname()[1]}"
-    client = DLedgerRpcService(peers, "n0")
+    leader, follower, server, client = await _leader_and_listening_follower(tmp_path)
 
     def handler(request: dict[str, object]) -> dict[str, object]:
         raw = request[RAW_KEY]

@@ -128,12 +128,10 @@ class RemotingClient:
     ) -> asyncio.Future[RemotingCommand] | None:
         """:meth:`invoke` written before this returns, on a channel that is already open; None
         when there is none (then :meth:`invoke` connects)."""
-        channel = self._channels.get(address)
-        if channel is None or not channel.is_open:
+        ready = self._ready_request(address, code, header, body)
+        if ready is None:
             return None
-        request = RemotingCommand.request(code, header, body, serialize_type=self.serialize_type)
-        if self.rpc_hook is not None:
-            self.rpc_hook(request)
+        channel, request = ready
         return channel.invoke_future(request, timeout or self.timeout)
 
     def invoke_callback_now(
@@ -150,14 +148,25 @@ class RemotingClient:
         :class:`~habroker.remoting.channel.RemotingError`) as
         :meth:`~habroker.remoting.channel.Channel.invoke_callback` does; False, and nothing
         sent, when no channel is open yet."""
+        ready = self._ready_request(address, code, header, body)
+        if ready is None:
+            return False
+        channel, request = ready
+        channel.invoke_callback(request, timeout or self.timeout, callback)
+        return True
+
+    def _ready_request(
+        self, address: str, code: int, header: Mapping[str, Any] | None, body: Body | None
+    ) -> tuple[Channel, RemotingCommand] | None:
+        """The open channel to ``address`` and the request for it (the RPC hook applied), or
+        None when no channel is open yet."""
         channel = self._channels.get(address)
         if channel is None or not channel.is_open:
-            return False
+            return None
         request = RemotingCommand.request(code, header, body, serialize_type=self.serialize_type)
         if self.rpc_hook is not None:
             self.rpc_hook(request)
-        channel.invoke_callback(request, timeout or self.timeout, callback)
-        return True
+        return channel, request
 
     async def call(
         self,
