@@ -8,6 +8,7 @@ another term: a cut tail rewritten) must still be parsed."""
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
 from pathlib import Path
@@ -50,7 +51,12 @@ def test_a_leader_dispatches_its_puts_as_the_parse_would(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
     if path == "compiled" and native.codec is None:
-        pytest.skip("the compiled codec is not built here (pip install -e . builds it)")
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the compiled record codec was not built: {native.describe()}")
+        pytest.skip(
+            f"record codec: {native.describe()}; the Python case of this test covers what "
+            "such a broker runs"
+        )
     parses = 0
     real_parse = dledger_commit_log.parse_record
 

@@ -409,19 +409,16 @@ class MessageStore:
         tran = plan.sys_flag & TRANSACTION_TYPE_MASK
         if not tran or tran == TRANSACTION_COMMIT_TYPE:
             cq = self._queue_for(topic, queue_id, at)
-            if cq is not None and native.put_cq_units is not None:
-                sizes = plan.sizes if plan.sizes is not None else (plan.total,)
-                units = native.put_cq_units(
-                    topic, entries, sizes, at, plan.store_ts, self.reput.delay_levels
-                )
+            sizes = plan.sizes if plan.sizes is not None else (plan.total,)
+            levels = self.reput.delay_levels  # parsed once, at start
+            if cq is not None and native.put_cq_units is not None:  # one compiled pass
+                units = native.put_cq_units(topic, entries, sizes, at, plan.store_ts, levels)
                 cq.put_units(units, plan.queue_offset, at + plan.total)
             elif cq is not None:
                 put_unit = cq.put_unit
-                levels = self.reput.delay_levels  # parsed once, at start
                 store_ts = plan.store_ts
                 phys = at
                 queue_offset = plan.queue_offset
-                sizes = plan.sizes if plan.sizes is not None else (plan.total,)
                 for entry, size in zip(entries, sizes, strict=True):
                     props = entry.properties
                     tags = unit_tags_code(topic, props, store_ts, levels) if props else 0
