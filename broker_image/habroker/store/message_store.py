@@ -74,6 +74,7 @@ from habroker.store.values import (
     PutStatus,
     SelectedRegion,
 )
+from habroker.store.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
 
@@ -132,8 +133,8 @@ class MessageStore:
         self.disk_full = False
         self._disk_checked_at = 0.0
         self.group_commit: GroupCommitService | None = None
-        self._new_data: asyncio.Event | None = None
-        self._new_messages: asyncio.Event | None = None
+        self._new_data = Wakeup()  # HA writers waiting for bytes past what they sent
+        self._new_messages = Wakeup()  # long-polling pulls
         self.last_exit_ok = True
         self._last_cq: ConsumeQueue | None = None  # dispatch fast path: batches share a queue
         # slave: replicated bytes are indexed behind the HA reader (see append_to_commit_log)
@@ -224,9 +225,8 @@ class MessageStore:
                 behind,
             )
         self._release_lock()
-        for event in (self._new_data, self._new_messages):
-            if event is not None:
-                event.set()
+        self._new_data.notify()
+        self._new_messages.notify()
 
     def _close_files(self) -> None:
         self.commit_log.close()
@@ -429,12 +429,8 @@ class MessageStore:
         self.reput.last_store_timestamp = plan.store_ts
 
     def _notify(self) -> None:
-        if self._new_data is not None:
-            self._new_data.set()
-            self._new_data = None
-        if self._new_messages is not None:
-            self._new_messages.set()
-            self._new_messages = None
+        self._new_data.notify()
+        self._new_messages.notify()
 
     # -- master write path ---------------------------------------------------------------------
     def put_messages(
@@ -784,9 +780,7 @@ class MessageStore:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not self._running:
                 return False
-            if self._new_messages is None:
-                self._new_messages = asyncio.Event()
-            await _wait_event(self._new_messages, remaining)
+            await self._new_messages.wait(remaining)
         return True
 
     # -- admin lookups (remoting's GET_MIN/MAX_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP, ...) ---------
@@ -951,9 +945,7 @@ class MessageStore:
             return False
         if not self.commit_log.append_raw(offset, data):
             return False
-        if self._new_data is not None:
-            self._new_data.set()
-            self._new_data = None
+        self._new_data.notify()
         if self._dispatch_wanted is not None:
             self._dispatch_wanted.set()
         else:  # not started through start(): index now
@@ -1000,11 +992,7 @@ class MessageStore:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
-            if self._new_data is None:
-                self._new_data = asyncio.Event()
-            # asyncio.timeout, not wait_for: on 3.11 wait_for returns normally when it is
-            # cancelled just as the event fires, and an HA writer told to stop would go on
-            await _wait_event(self._new_data, remaining)
+            await self._new_data.wait(remaining)
 
     # -- flushing ------------------------------------------------------------------------------
     async def flush(self) -> int:
@@ -1102,10 +1090,3 @@ last tenth of a disk between two retention passes (cleanResourceInterval)."""
 
 DISPATCH_SLICE = 256 << 10
 """Bytes a slave's background dispatch indexes before letting the HA reader run again."""
-
-
-async def _wait_event(event: asyncio.Event, timeout: float) -> None:  # noqa: ASYNC109
-    """Wait for ``event`` at most ``timeout`` seconds; a cancellation always propagates."""
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(timeout):
-            await event.wait()
