@@ -18,8 +18,11 @@ import heapq
 import itertools
 import logging
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass(order=True)
@@ -27,13 +30,15 @@ class _Waiter:
     next_offset: int
     seq: int
     first_offset: int = field(compare=False)
-    future: asyncio.Future[bool] = field(compare=False)
+    future: asyncio.Future[Any] = field(compare=False)
+    acked: Any = field(compare=False)  # the future's result once acked
+    timed_out: Any = field(compare=False)  # ... at the deadline
     timer: asyncio.TimerHandle | None = field(compare=False, default=None)
     expired: bool = field(compare=False, default=False)
 
 
 class GroupTransferService:
-    """Futures resolved True once the acked offset reaches theirs, False at their deadline."""
+    """Futures resolved once the acked offset reaches theirs, or at their deadline."""
 
     def __init__(self) -> None:
         self._heap: list[_Waiter] = []
@@ -55,18 +60,29 @@ class GroupTransferService:
     def put_request(
         self, next_offset: int, timeout: float, first_offset: int | None = None
     ) -> asyncio.Future[bool]:
-        """A future for the moment every byte of ``[first_offset, next_offset)`` is on a slave.
+        """A future for the moment every byte of ``[first_offset, next_offset)`` is on a slave:
+        True then, False at the deadline.
 
         ``first_offset`` (the put's first byte) defaults to ``next_offset - 1``.
         """
+        return self.wait_for(next_offset, timeout, first_offset, True, False)
+
+    def wait_for(
+        self, next_offset: int, timeout: float, first_offset: int | None, acked: T, timed_out: T
+    ) -> asyncio.Future[T]:
+        """``put_request`` whose future resolves to ``acked`` or ``timed_out``.
+
+        The caller's own answer is the future's result: a future chained behind this one
+        would cost the producer one more loop pass per acknowledgement.
+        """
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[bool] = loop.create_future()
+        fut: asyncio.Future[T] = loop.create_future()
         first = next_offset - 1 if first_offset is None else first_offset
         if next_offset <= self._acked and first >= self._acked_since:
-            fut.set_result(True)
+            fut.set_result(acked)
             self.released_total += 1
             return fut
-        waiter = _Waiter(next_offset, next(self._seq), first, fut)
+        waiter = _Waiter(next_offset, next(self._seq), first, fut, acked, timed_out)
         waiter.timer = loop.call_later(max(timeout, 0.0), self._expire, waiter)
         heapq.heappush(self._heap, waiter)
         return fut
@@ -92,7 +108,7 @@ class GroupTransferService:
             if waiter.timer is not None:
                 waiter.timer.cancel()
             if not waiter.future.done():  # the producer may have given up (cancelled)
-                waiter.future.set_result(True)
+                waiter.future.set_result(waiter.acked)
                 self.released_total += 1
         for waiter in kept:
             heapq.heappush(heap, waiter)
@@ -101,7 +117,7 @@ class GroupTransferService:
         waiter.expired = True
         self._expired_in_heap += 1
         if not waiter.future.done():
-            waiter.future.set_result(False)
+            waiter.future.set_result(waiter.timed_out)
             self.timed_out_total += 1
         # A slave that never acks leaves dead entries behind; drop them once they dominate.
         if self._expired_in_heap > 1024 and self._expired_in_heap * 2 > len(self._heap):
@@ -115,6 +131,6 @@ class GroupTransferService:
             if waiter.timer is not None:
                 waiter.timer.cancel()
             if not waiter.future.done():
-                waiter.future.set_result(False)
+                waiter.future.set_result(waiter.timed_out)
         self._heap.clear()
         self._expired_in_heap = 0

@@ -194,33 +194,24 @@ class HAService:
         up to syncFlushTimeout for an ack covering the put's next offset; anything else returns
         the store's status at once. A non-OK replica status replaces the flush status.
         """
-        fut: asyncio.Future[PutStatus] = asyncio.get_running_loop().create_future()
         status = result.status
         if (
             self.config.brokerRole is not BrokerRole.SYNC_MASTER
             or not wait_store_ok
             or status not in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT)
         ):
-            fut.set_result(status)
-            return fut
+            return _resolved(status)
         next_offset = result.next_offset
         if not self.is_slave_ok(next_offset):
             self.slave_not_available_total += 1
-            fut.set_result(PutStatus.SLAVE_NOT_AVAILABLE)
-            return fut
-        acked = self.group_transfer.put_request(
-            next_offset, self.config.syncFlushTimeout / 1000.0, result.wrote_offset
+            return _resolved(PutStatus.SLAVE_NOT_AVAILABLE)
+        return self.group_transfer.wait_for(
+            next_offset,
+            self.config.syncFlushTimeout / 1000.0,
+            result.wrote_offset,
+            status,
+            PutStatus.FLUSH_SLAVE_TIMEOUT,
         )
-
-        def settle(done: asyncio.Future[bool]) -> None:
-            if not fut.done():
-                fut.set_result(status if done.result() else PutStatus.FLUSH_SLAVE_TIMEOUT)
-
-        if acked.done():
-            settle(acked)
-        else:
-            acked.add_done_callback(settle)
-        return fut
 
     # -- status ------------------------------------------------------------------------------
     def status(self) -> dict[str, object]:
@@ -249,3 +240,9 @@ class HAService:
             "syncTimeoutTotal": self.group_transfer.timed_out_total,
             "slaveNotAvailableTotal": self.slave_not_available_total,
         }
+
+
+def _resolved(status: PutStatus) -> asyncio.Future[PutStatus]:
+    fut: asyncio.Future[PutStatus] = asyncio.get_running_loop().create_future()
+    fut.set_result(status)
+    return fut

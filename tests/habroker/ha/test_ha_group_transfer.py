@@ -59,3 +59,20 @@ async def test_an_ack_releases_only_puts_its_connection_sent() -> None:
     gts.notify_transfer_some(700, since=0)  # a connection that sent everything from 0
     assert before.result() is True and late.result() is True
     assert gts.acked_offset == 800 and gts.waiting == 0
+
+
+async def test_wait_for_resolves_to_the_callers_own_values() -> None:
+    """The put path's waiter carries its answer: the acked value, the timed-out value, and the
+    timed-out value again for whoever is still waiting at shutdown."""
+    gts = GroupTransferService()
+    acked = gts.wait_for(100, 30, 50, "stored", "slave timeout")
+    late = gts.wait_for(300, 0.05, 200, "stored", "slave timeout")
+    left = gts.wait_for(900, 30, 800, "stored", "slave timeout")
+    gts.notify_transfer_some(150)
+    assert acked.result() == "stored" and not late.done()
+    assert await late == "slave timeout"
+    gts.shutdown()
+    assert left.result() == "slave timeout"
+    already = gts.wait_for(120, 30, 60, "stored", "slave timeout")  # under the acked offset
+    assert already.result() == "stored"
+    assert gts.released_total == 2 and gts.timed_out_total == 1
