@@ -495,8 +495,8 @@ class BrokerController:
         self.stats.put_messages += result.count
         self.stats.put_bytes += result.wrote_bytes
         self.stats.put_status[status.value] += 1
-        self.stats.produce_latency.labels(*self._metric_labels()).observe(
-            time.perf_counter() - started
+        self.stats.observe(
+            self.stats.produce_latency, self._metric_labels(), time.perf_counter() - started
         )
         return result, queue_id
 
@@ -517,8 +517,8 @@ class BrokerController:
             waited = time.perf_counter()
             replica = await self.ha_service.handle_put(result)
             if replica is not PutStatus.SLAVE_NOT_AVAILABLE:  # refused at once: no wait
-                self.stats.sync_wait.labels(*self._metric_labels()).observe(
-                    time.perf_counter() - waited
+                self.stats.observe(
+                    self.stats.sync_wait, self._metric_labels(), time.perf_counter() - waited
                 )
             if replica is not PutStatus.PUT_OK:
                 status = replica
@@ -543,7 +543,9 @@ class BrokerController:
         waited = time.perf_counter()
         acks = put.acks
         answers = [await acks[0]] if len(acks) == 1 else await asyncio.gather(*acks)
-        self.stats.sync_wait.labels(*self._metric_labels()).observe(time.perf_counter() - waited)
+        self.stats.observe(
+            self.stats.sync_wait, self._metric_labels(), time.perf_counter() - waited
+        )
         codes = {int(a.get("code", -1)) for a in answers}
         if codes != {DLedgerResponseCode.SUCCESS}:
             # not acknowledged: the entry may still commit under a later leader (or be cut)
@@ -647,8 +649,8 @@ class BrokerController:
         )
         self.stats.pull_requests += 1
         self.stats.pull_messages += result.message_count
-        self.stats.pull_latency.labels(*self._metric_labels()).observe(
-            time.perf_counter() - started
+        self.stats.observe(
+            self.stats.pull_latency, self._metric_labels(), time.perf_counter() - started
         )
         return PullOutcome(result, suggestion)
 

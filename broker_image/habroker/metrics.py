@@ -61,6 +61,7 @@ class BrokerStats:
         self.request_errors: Counter[str] = Counter()
         self.acl_refused = 0  # remoting requests the ACL refused (aclEnable)
         self.registry = CollectorRegistry()
+        self._children: dict[tuple[Histogram, tuple[str, str]], Histogram] = {}
         self.produce_latency = self._histogram(
             "habroker_produce_latency_seconds",
             "Produce requests, store append to answer (flush and SYNC waits included).",
@@ -73,6 +74,15 @@ class BrokerStats:
             "habroker_sync_wait_seconds",
             "SYNC_MASTER producers waiting for a slave's acknowledgement.",
         )
+
+    def observe(self, histogram: Histogram, labels: tuple[str, str], seconds: float) -> None:
+        """One latency sample. The labelled child is looked up once per label pair: the
+        client's ``labels()`` validates and takes a lock on every call, on every request."""
+        key = (histogram, labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = histogram.labels(*labels)
+        child.observe(seconds)
 
     def count_acl_refusal(self) -> None:
         self.acl_refused += 1
