@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -43,6 +44,9 @@ from e2e.userpath import (
     is_local_cluster_config,
     server_host,
 )
+
+if TYPE_CHECKING:  # the Java tools load only when the step runs
+    from tests.interop.rocketmq_java import NetNS
 
 OPERATOR_NS = "brokergroup-system"
 DEMO_NS = "brokergroup-demo"
@@ -130,12 +134,19 @@ def load_images(kind: str, kubeconfig: str, broker: str, operator: str) -> None:
 
 def java_round_trip(c: Cluster, name: str, count: int) -> bool:
     """The real RocketMQ Java client, from the first node's network namespace."""
-    from e2e.javaclient import NODE_NAMESPACE, node_namespace, round_trip
+    from e2e.javaclient import NODE_NAMESPACE, node_namespace
 
-    ns = node_namespace()
-    if ns is None:
-        say(f"== no {NODE_NAMESPACE} namespace here: the Java client step is skipped")
-        return True
+    with node_namespace() as ns:
+        if ns is None:
+            say(f"== no {NODE_NAMESPACE} namespace here: the Java client step is skipped")
+            return True
+        return _java_round_trip(c, ns, name, count)
+
+
+def _java_round_trip(c: Cluster, ns: NetNS, name: str, count: int) -> bool:
+    """The round trip itself, in a node namespace ``java_round_trip`` found."""
+    from e2e.javaclient import NODE_NAMESPACE, round_trip
+
     ip = c.kubectl(
         "-n", DEMO_NS, "get", "svc", f"{name}-namesrv", "-o", "jsonpath={.spec.clusterIP}"
     ).strip()

@@ -9,9 +9,11 @@ Service.  On other clusters this is skipped (the Python remoting client in a pod
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +30,15 @@ V4 = "4.9.7"
 NODE_NAMESPACE = os.environ.get("E2E_JAVA_CLIENT_NETNS", "bg-e2e-node1")
 
 
-def node_namespace() -> NetNS | None:
-    """The local cluster's first node namespace, if this host has it (never created here)."""
+@contextlib.contextmanager
+def node_namespace() -> Iterator[NetNS | None]:
+    """The local cluster's first node namespace, if this host has it (never created here);
+    the Java tools' scratch files go with the block."""
     if not Path(f"/run/netns/{NODE_NAMESPACE}").exists():
-        return None
-    root = Path(tempfile.mkdtemp(prefix="bg-java-client-"))
-    return NetNS(root, name=NODE_NAMESPACE)  # not opened: it is the cluster's, not ours
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="bg-java-client-") as root:
+        yield NetNS(Path(root), name=NODE_NAMESPACE)  # not opened: the cluster's, not ours
 
 
 def round_trip(ns: NetNS, namesrv: str, topic: str, group: str, count: int) -> dict[str, Any]:

@@ -240,16 +240,17 @@ def test_external_access_by_node_port(group: Group) -> None:
         print("external addresses:", external)
         for address in external.values():
             assert address.startswith("10.201.0."), external  # node IPs, not pod IPs
-        ns = NetNS(Path(tempfile.mkdtemp(prefix="bg-outside-")), name=Path(outside).name)
-        run_mqadmin(ns, V4, "updateTopic", "-n", external["0"], "-c", "DefaultCluster",
-                    "-t", "outside-orders", "-r", "4", "-w", "4")  # fmt: skip
-        route = loads_fastjson(
-            run_mqadmin(ns, V4, "topicRoute", "-n", external["0"], "-t", "outside-orders")
-        )
-        assert route["brokerDatas"][0]["brokerAddrs"] == external, route
-        java = round_trip(ns, external["0"], "outside-orders", "outside-readers", 200)
-        print("Java client from outside:", java)
-        assert java["sent"]["sendOk"] == 200, java
-        assert java["unique"] == 200 and java["duplicates"] == 0, java
+        with tempfile.TemporaryDirectory(prefix="bg-outside-") as scratch:
+            ns = NetNS(Path(scratch), name=Path(outside).name)  # the cluster's: not opened
+            run_mqadmin(ns, V4, "updateTopic", "-n", external["0"], "-c", "DefaultCluster",
+                        "-t", "outside-orders", "-r", "4", "-w", "4")  # fmt: skip
+            route = loads_fastjson(
+                run_mqadmin(ns, V4, "topicRoute", "-n", external["0"], "-t", "outside-orders")
+            )
+            assert route["brokerDatas"][0]["brokerAddrs"] == external, route
+            java = round_trip(ns, external["0"], "outside-orders", "outside-readers", 200)
+            print("Java client from outside:", java)
+            assert java["sent"]["sendOk"] == 200, java
+            assert java["unique"] == 200 and java["duplicates"] == 0, java
     finally:
         g.c.kubectl("-n", g.ns, "delete", "bg", name, "--wait=false", check=False)

@@ -218,17 +218,18 @@ def test_user_path(
         with tl.step("the real RocketMQ Java client through the namesrv Service"):
             from e2e.javaclient import NODE_NAMESPACE, node_namespace, round_trip
 
-            java_ns = node_namespace()
-            if java_ns is None:  # kind or another cluster: no node namespace on this host
-                tl.say(f"[user-path]   skipped: no {NODE_NAMESPACE} namespace on this host")
-            else:
-                ip = c.kubectl(
-                    "-n", ns, "get", "svc", f"{name}-namesrv", "-o", "jsonpath={.spec.clusterIP}"
-                ).strip()
-                java = round_trip(java_ns, f"{ip}:9876", "java-orders", "java-readers", 300)
-                tl.say(f"[user-path]   Java client: {java}")
-                assert java["sent"]["sendOk"] == 300, java
-                assert java["unique"] == 300 and java["duplicates"] == 0, java
+            with node_namespace() as java_ns:
+                if java_ns is None:  # kind or another cluster: no node namespace on this host
+                    tl.say(f"[user-path]   skipped: no {NODE_NAMESPACE} namespace on this host")
+                else:
+                    ip = c.kubectl(
+                        "-n", ns, "get", "svc", f"{name}-namesrv",
+                        "-o", "jsonpath={.spec.clusterIP}",
+                    ).strip()  # fmt: skip
+                    java = round_trip(java_ns, f"{ip}:9876", "java-orders", "java-readers", 300)
+                    tl.say(f"[user-path]   Java client: {java}")
+                    assert java["sent"]["sendOk"] == 300, java
+                    assert java["unique"] == 300 and java["duplicates"] == 0, java
 
         with tl.step("every acknowledged message readable from the master and the slave"):
             on_master = c.client(ns, client, "read", "--broker", master_addr, "--topic", TOPIC)
