@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from habroker import __version__
@@ -81,6 +81,17 @@ class PullOutcome:
     result: GetMessageResult
     suggest_which_broker_id: int
     retry_immediately: bool = False
+
+
+@dataclass(slots=True)
+class PendingPut:
+    """A stored put whose answer may still wait for a SYNC slave's ack (``replica``)."""
+
+    result: PutResult
+    queue_id: int
+    started: float  # when the request reached the broker (the produce latency histogram)
+    replica: asyncio.Future[PutStatus] | None
+    waited: float = field(default_factory=time.perf_counter)  # the ack wait's start
 
 
 class BrokerController:
@@ -431,6 +442,103 @@ class BrokerController:
         the queueId returned is still the real one.
         """
         started = time.perf_counter()
+        store_topic, store_queue, queue_id, entries = self._route_put(
+            topic, queue_id, entries, wait, delay, default_queue_nums, default_topic
+        )
+        kwargs: dict[str, Any] = {
+            "born_host": born_host,
+            "born_timestamp": born_timestamp,
+            "sys_flag": sys_flag,
+            "reconsume_times": reconsume_times,
+        }
+        if self.dledger_store is not None:
+            result = await self._put_dledger(
+                self.dledger_store, store_topic, store_queue, entries, **kwargs
+            )
+            self._count_put(result, started)
+            return result, queue_id
+        result = self.store.put_messages(store_topic, store_queue, entries, **kwargs)
+        if wait is None:
+            wait = not entries or b"WAIT\x01false" not in entries[0].properties
+        if wait and self.config.flushDiskType is FlushDiskType.SYNC_FLUSH:
+            flushed = await self.store.wait_flushed(
+                result.next_offset, self.config.syncFlushTimeout / 1000
+            )
+            if not flushed:
+                result.status = PutStatus.FLUSH_DISK_TIMEOUT
+        pending = PendingPut(result, queue_id, started, self._replica_wait(result, wait))
+        if pending.replica is not None:
+            return self.put_done(pending, await pending.replica), queue_id
+        return self.put_done(pending, None), queue_id
+
+    @property
+    def puts_answer_from_ack(self) -> bool:
+        """Classic groups without SYNC_FLUSH: a put waits for nothing but a slave's ack, so
+        the remoting face answers it from the ack's callback (``put_now``, ``put_done``)
+        instead of a task per request."""
+        return (
+            self.dledger_store is None and self.config.flushDiskType is not FlushDiskType.SYNC_FLUSH
+        )
+
+    def put_now(
+        self,
+        topic: str,
+        queue_id: int | None,
+        entries: Sequence[BatchEntry],
+        born_host: tuple[str, int],
+        *,
+        born_timestamp: int | None = None,
+        sys_flag: int = 0,
+        reconsume_times: int = 0,
+        wait: bool = True,
+        delay: bool = False,
+        default_queue_nums: int | None = None,
+        default_topic: str | None = None,
+    ) -> PendingPut:
+        """``produce`` without awaiting, where ``puts_answer_from_ack``: the batch is stored
+        when this returns; ``replica`` is the SYNC slave's ack still to come (None: none to
+        wait for). Pass its outcome to ``put_done``."""
+        assert self.puts_answer_from_ack, "DLedger and SYNC_FLUSH puts go through produce()"
+        started = time.perf_counter()
+        store_topic, store_queue, queue_id, entries = self._route_put(
+            topic, queue_id, entries, wait, delay, default_queue_nums, default_topic
+        )
+        result = self.store.put_messages(
+            store_topic,
+            store_queue,
+            entries,
+            born_host=born_host,
+            born_timestamp=born_timestamp,
+            sys_flag=sys_flag,
+            reconsume_times=reconsume_times,
+        )
+        return PendingPut(result, queue_id, started, self._replica_wait(result, wait))
+
+    def put_done(self, pending: PendingPut, replica: PutStatus | None) -> PutResult:
+        """The put's final status (a slave's non-OK status replaces the store's), counted."""
+        result = pending.result
+        if pending.replica is not None and replica is not PutStatus.SLAVE_NOT_AVAILABLE:
+            # refused at once is no wait
+            self.stats.observe(
+                self.stats.sync_wait, self._metric_labels(), time.perf_counter() - pending.waited
+            )
+        if replica is not None and replica is not PutStatus.PUT_OK:
+            result.status = replica
+        self._count_put(result, pending.started)
+        return result
+
+    def _route_put(
+        self,
+        topic: str,
+        queue_id: int | None,
+        entries: Sequence[BatchEntry],
+        wait: bool | None,
+        delay: bool,
+        default_queue_nums: int | None,
+        default_topic: str | None,
+    ) -> tuple[str, int, int, Sequence[BatchEntry]]:
+        """The checks before a put, and where it goes: (store topic, store queue, the queue
+        the producer is told, entries). A delayed message is stored in SCHEDULE_TOPIC_XXXX."""
         self._refuse_if_fenced("writes")
         if self.is_slave:
             raise BrokerError(
@@ -467,62 +575,22 @@ class BrokerController:
             if redirected is not None:
                 store_topic, store_queue, entry = redirected
                 entries = [entry]
-        if self.dledger_store is not None:
-            result = await self._put_dledger(
-                self.dledger_store,
-                store_topic,
-                store_queue,
-                entries,
-                born_host=born_host,
-                born_timestamp=born_timestamp,
-                sys_flag=sys_flag,
-                reconsume_times=reconsume_times,
-            )
-            status = result.status
-        else:
-            result = self.store.put_messages(
-                store_topic,
-                store_queue,
-                entries,
-                born_host=born_host,
-                born_timestamp=born_timestamp,
-                sys_flag=sys_flag,
-                reconsume_times=reconsume_times,
-            )
-            status = await self._wait_replicas(result, entries, wait)
-        result.status = status
+        return store_topic, store_queue, queue_id, entries
+
+    def _replica_wait(self, result: PutResult, wait: bool) -> asyncio.Future[PutStatus] | None:
+        """Classic groups: the SYNC slave's ack the role asks for, as a future."""
+        if wait and self.role is BrokerRole.SYNC_MASTER and self.ha_service is not None:
+            return self.ha_service.handle_put(result)
+        return None
+
+    def _count_put(self, result: PutResult, started: float) -> None:
         self.stats.put_requests += 1
         self.stats.put_messages += result.count
         self.stats.put_bytes += result.wrote_bytes
-        self.stats.put_status[status.value] += 1
+        self.stats.put_status[result.status.value] += 1
         self.stats.observe(
             self.stats.produce_latency, self._metric_labels(), time.perf_counter() - started
         )
-        return result, queue_id
-
-    async def _wait_replicas(
-        self, result: PutResult, entries: Sequence[BatchEntry], wait: bool | None
-    ) -> PutStatus:
-        """Classic groups: the flush and the SYNC slave the role and flush type ask for."""
-        status = result.status
-        if wait is None:
-            wait = not entries or b"WAIT\x01false" not in entries[0].properties
-        if wait and self.config.flushDiskType is FlushDiskType.SYNC_FLUSH:
-            flushed = await self.store.wait_flushed(
-                result.next_offset, self.config.syncFlushTimeout / 1000
-            )
-            if not flushed:
-                status = PutStatus.FLUSH_DISK_TIMEOUT
-        if wait and self.role is BrokerRole.SYNC_MASTER and self.ha_service is not None:
-            waited = time.perf_counter()
-            replica = await self.ha_service.handle_put(result)
-            if replica is not PutStatus.SLAVE_NOT_AVAILABLE:  # refused at once: no wait
-                self.stats.observe(
-                    self.stats.sync_wait, self._metric_labels(), time.perf_counter() - waited
-                )
-            if replica is not PutStatus.PUT_OK:
-                status = replica
-        return status
 
     async def _put_dledger(
         self,

@@ -11,7 +11,6 @@ import asyncio
 import logging
 import socket
 import time
-from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from habroker.config import BrokerConfig, BrokerRole
@@ -187,7 +186,9 @@ class HAService:
         """
         return await self.group_transfer.put_request(next_offset, timeout)
 
-    def handle_put(self, result: PutResult, *, wait_store_ok: bool = True) -> Awaitable[PutStatus]:
+    def handle_put(
+        self, result: PutResult, *, wait_store_ok: bool = True
+    ) -> asyncio.Future[PutStatus]:
         """The replica part of a put's status (spec §3.9, 4.9 semantics).
 
         SYNC_MASTER with ``wait_store_ok`` (the message's WAIT property, true when absent) waits

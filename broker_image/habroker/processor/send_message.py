@@ -10,9 +10,12 @@ SLAVE_NOT_AVAILABLE are successes with a warning, not errors).
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
-from habroker.broker import BrokerController
+from habroker.broker import BrokerController, PendingPut
 from habroker.message import (
     PROPERTY_DELAY_TIME_LEVEL,
     TRANSACTION_TYPE_MASK,
@@ -26,8 +29,8 @@ from habroker.processor.headers import Header
 from habroker.processor.send_msg_back import RETRY_GROUP_TOPIC_PREFIX, RetryPolicy
 from habroker.remoting import RemotingCommand, RequestCode, ResponseCode
 from habroker.remoting.channel import Channel
-from habroker.remoting.server import RemotingServer, RequestRefused
-from habroker.store import BatchEntry, PutStatus
+from habroker.remoting.server import AnswerLater, RemotingServer, RequestRefused
+from habroker.store import BatchEntry, PutResult, PutStatus
 from habroker.wire import BadBatch, decode_batch
 
 log = logging.getLogger(__name__)
@@ -100,6 +103,17 @@ class SendHeader:
         )
 
 
+@dataclass(slots=True)
+class _Put:
+    """A send request decoded into the broker's put arguments."""
+
+    topic: str
+    queue_id: int | None
+    entries: list[BatchEntry]
+    born_host: tuple[str, int]
+    options: dict[str, Any]  # produce()'s and put_now()'s keyword arguments
+
+
 class SendMessageProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
@@ -113,15 +127,44 @@ class SendMessageProcessor:
         ):
             server.register(code, self.process)
 
-    async def process(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+    def process(
+        self, request: RemotingCommand, channel: Channel
+    ) -> RemotingCommand | AnswerLater[PutStatus] | Awaitable[RemotingCommand]:
+        """Classic groups without SYNC_FLUSH are answered without a task: at once, or from
+        the SYNC slave's ack (``AnswerLater``); DLedger and SYNC_FLUSH puts await."""
+        broker = self.broker
         try:
-            return await self._send(request, channel)
+            put = self._decode(request, channel)
+            if not broker.puts_answer_from_ack:
+                return self._produce(request, put)
+            pending = broker.put_now(
+                put.topic, put.queue_id, put.entries, put.born_host, **put.options
+            )
         except BadBatch as exc:
             raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {exc}") from None
         except REFUSALS as exc:
             raise refusal(exc) from None
+        if pending.replica is None:
+            return self._response(request, put, broker.put_done(pending, None), pending.queue_id)
+        return AnswerLater(pending.replica, partial(self._acked, request, put, pending))
 
-    async def _send(self, request: RemotingCommand, channel: Channel) -> RemotingCommand:
+    def _acked(
+        self, request: RemotingCommand, put: _Put, pending: PendingPut, replica: PutStatus
+    ) -> RemotingCommand:
+        result = self.broker.put_done(pending, replica)
+        return self._response(request, put, result, pending.queue_id)
+
+    async def _produce(self, request: RemotingCommand, put: _Put) -> RemotingCommand:
+        try:
+            result, used_queue = await self.broker.produce(
+                put.topic, put.queue_id, put.entries, put.born_host, **put.options
+            )
+        except REFUSALS as exc:
+            raise refusal(exc) from None
+        return self._response(request, put, result, used_queue)
+
+    def _decode(self, request: RemotingCommand, channel: Channel) -> _Put:
+        """The request as a put: its checks (RocketMQ's msgCheck and friends) and entries."""
         header = SendHeader.decode(request)
         broker = self.broker
         topic = header.topic
@@ -164,22 +207,30 @@ class SendMessageProcessor:
         else:
             props[PROPERTY_CLUSTER] = broker.config.brokerClusterName
             entries = [BatchEntry(header.flag, request.body_bytes, encode_properties(props))]
-        result, used_queue = await broker.produce(
+        return _Put(
             topic,
             queue_id if queue_id is not None and queue_id >= 0 else None,
             entries,
             _host_port(channel.remote_address),
-            born_timestamp=header.born_timestamp,
-            sys_flag=header.sys_flag,
-            reconsume_times=header.reconsume_times,
-            wait=wait,
-            delay=not header.batch,
-            default_queue_nums=header.default_topic_queue_nums,
-            default_topic=header.default_topic or None,
+            {
+                "born_timestamp": header.born_timestamp,
+                "sys_flag": header.sys_flag,
+                "reconsume_times": header.reconsume_times,
+                "wait": wait,
+                "delay": not header.batch,
+                "default_queue_nums": header.default_topic_queue_nums,
+                "default_topic": header.default_topic or None,
+            },
         )
-        if len(entries) > 1:
+
+    def _response(
+        self, request: RemotingCommand, put: _Put, result: PutResult, used_queue: int
+    ) -> RemotingCommand:
+        if len(put.entries) > 1:
             msg_id = ",".join(
-                offset_msg_ids(broker.store_host, result.record_offsets or (result.wrote_offset,))
+                offset_msg_ids(
+                    self.broker.store_host, result.record_offsets or (result.wrote_offset,)
+                )
             )
         else:
             msg_id = result.msg_id

@@ -1,7 +1,9 @@
 """RemotingServer: the listener on ``listenPort`` and the table of request processors.
 
-A processor takes a request and its channel and returns the answer — directly, or as an
-awaitable when it must wait (a SYNC put, a long-polling pull).  Unknown codes are answered with
+A processor takes a request and its channel and returns the answer — directly, as an
+awaitable when it must wait (a long-polling pull), or as :class:`AnswerLater` when its only wait
+is one future (a SYNC put waiting for the slave's ack): the answer is then built and written by
+that future's done callback, with no task per request.  Unknown codes are answered with
 REQUEST_CODE_NOT_SUPPORTED, an exception in a processor with SYSTEM_ERROR: a request never
 drops its connection; only bytes that are not frames do.
 
@@ -20,7 +22,9 @@ import logging
 import socket
 import ssl
 from collections.abc import Awaitable, Callable
-from typing import TypeAlias
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Generic, TypeAlias, TypeVar
 
 from habroker.remoting.channel import Channel
 from habroker.remoting.codes import ResponseCode, code_name
@@ -30,7 +34,20 @@ from habroker.remoting.tls import TLS_HANDSHAKE_RECORD, TlsMode
 log = logging.getLogger(__name__)
 
 Answer: TypeAlias = RemotingCommand | None
-Processor: TypeAlias = Callable[[RemotingCommand, Channel], Answer | Awaitable[Answer]]
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class AnswerLater(Generic[T]):
+    """An answer ``build`` makes from ``future``'s result once it is done."""
+
+    future: asyncio.Future[T]
+    build: Callable[[T], Answer]
+
+
+Processor: TypeAlias = Callable[
+    [RemotingCommand, Channel], Answer | Awaitable[Answer] | AnswerLater[Any]
+]
 #: a check every request passes first (RocketMQ's server RPC hook); it raises
 #: :class:`RequestRefused` to refuse (the ACL: :mod:`habroker.remoting.acl`)
 RequestCheck: TypeAlias = Callable[[RemotingCommand, Channel], None]
@@ -218,7 +235,11 @@ class RemotingServer:
         except Exception as exc:
             self._answer(channel, request, self._failure(request, exc))
             return
-        if inspect.isawaitable(result):
+        if isinstance(result, AnswerLater):
+            result.future.add_done_callback(
+                partial(self._answer_later, channel, request, result.build)
+            )
+        elif inspect.isawaitable(result):
             task = asyncio.ensure_future(self._finish(channel, request, result))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -232,6 +253,21 @@ class RemotingServer:
             answer = await pending
         except asyncio.CancelledError:
             raise
+        except Exception as exc:
+            answer = self._failure(request, exc)
+        self._answer(channel, request, answer)
+
+    def _answer_later(
+        self,
+        channel: Channel,
+        request: RemotingCommand,
+        build: Callable[[T], Answer],
+        done: asyncio.Future[T],
+    ) -> None:
+        if done.cancelled():  # the server is stopping: nobody to answer
+            return
+        try:
+            answer = build(done.result())
         except Exception as exc:
             answer = self._failure(request, exc)
         self._answer(channel, request, answer)
