@@ -21,7 +21,7 @@ from habroker.admin_auth import AdminToken
 from habroker.config import BrokerConfig, BrokerRole, FlushDiskType, broker_id_of, parse_host_port
 from habroker.dledger.dledger_server import NotLeader
 from habroker.dledger.message_store import DLedgerMessageStore
-from habroker.dledger.protocol import DLedgerResponseCode
+from habroker.dledger.protocol import Body, DLedgerResponseCode
 from habroker.dledger_role_change import DLedgerRoleChangeHandler
 from habroker.ha import HAAuth, HAClient, HAService
 from habroker.metadata import (
@@ -85,12 +85,14 @@ class PullOutcome:
 
 @dataclass(slots=True)
 class PendingPut:
-    """A stored put whose answer may still wait for a SYNC slave's ack (``replica``)."""
+    """A stored put and what its answer still waits for (``ack``)."""
 
     result: PutResult
     queue_id: int
     started: float  # when the request reached the broker (the produce latency histogram)
-    replica: asyncio.Future[PutStatus] | None
+    ack: asyncio.Future[Any] | None  # a SYNC slave's PutStatus, or a DLedger quorum's answer
+    quorum: bool = False  # ``ack`` is a DLedger answer
+    flush_first: bool = False  # classic SYNC_FLUSH: ``flush_then_wait`` before any ack
     waited: float = field(default_factory=time.perf_counter)  # the ack wait's start
 
 
@@ -441,44 +443,23 @@ class BrokerController:
         delivery (SCHEDULE_TOPIC_XXXX, see :mod:`habroker.schedule`), as RocketMQ's put does;
         the queueId returned is still the real one.
         """
-        started = time.perf_counter()
-        store_topic, store_queue, queue_id, entries = self._route_put(
-            topic, queue_id, entries, wait, delay, default_queue_nums, default_topic
+        pending = self.put_now(
+            topic,
+            queue_id,
+            entries,
+            born_host,
+            born_timestamp=born_timestamp,
+            sys_flag=sys_flag,
+            reconsume_times=reconsume_times,
+            wait=wait,
+            delay=delay,
+            default_queue_nums=default_queue_nums,
+            default_topic=default_topic,
         )
-        kwargs: dict[str, Any] = {
-            "born_host": born_host,
-            "born_timestamp": born_timestamp,
-            "sys_flag": sys_flag,
-            "reconsume_times": reconsume_times,
-        }
-        if self.dledger_store is not None:
-            result = await self._put_dledger(
-                self.dledger_store, store_topic, store_queue, entries, **kwargs
-            )
-            self._count_put(result, started)
-            return result, queue_id
-        result = self.store.put_messages(store_topic, store_queue, entries, **kwargs)
-        if wait is None:
-            wait = not entries or b"WAIT\x01false" not in entries[0].properties
-        if wait and self.config.flushDiskType is FlushDiskType.SYNC_FLUSH:
-            flushed = await self.store.wait_flushed(
-                result.next_offset, self.config.syncFlushTimeout / 1000
-            )
-            if not flushed:
-                result.status = PutStatus.FLUSH_DISK_TIMEOUT
-        pending = PendingPut(result, queue_id, started, self._replica_wait(result, wait))
-        if pending.replica is not None:
-            return self.put_done(pending, await pending.replica), queue_id
-        return self.put_done(pending, None), queue_id
-
-    @property
-    def puts_answer_from_ack(self) -> bool:
-        """Classic groups without SYNC_FLUSH: a put waits for nothing but a slave's ack, so
-        the remoting face answers it from the ack's callback (``put_now``, ``put_done``)
-        instead of a task per request."""
-        return (
-            self.dledger_store is None and self.config.flushDiskType is not FlushDiskType.SYNC_FLUSH
-        )
+        if pending.flush_first:
+            await self.flush_then_wait(pending)
+        outcome = await pending.ack if pending.ack is not None else None
+        return self.put_done(pending, outcome), pending.queue_id
 
     def put_now(
         self,
@@ -490,19 +471,38 @@ class BrokerController:
         born_timestamp: int | None = None,
         sys_flag: int = 0,
         reconsume_times: int = 0,
-        wait: bool = True,
+        wait: bool | None = None,
         delay: bool = False,
         default_queue_nums: int | None = None,
         default_topic: str | None = None,
     ) -> PendingPut:
-        """``produce`` without awaiting, where ``puts_answer_from_ack``: the batch is stored
-        when this returns; ``replica`` is the SYNC slave's ack still to come (None: none to
-        wait for). Pass its outcome to ``put_done``."""
-        assert self.puts_answer_from_ack, "DLedger and SYNC_FLUSH puts go through produce()"
+        """``produce`` up to its wait: the batch is stored when this returns, and what the
+        answer still waits for is ``ack`` (after ``flush_then_wait`` if ``flush_first``).
+        ``put_done`` turns the ack's outcome into the final result. The client port answers
+        from the ack's done callback this way, with no task per request."""
         started = time.perf_counter()
         store_topic, store_queue, queue_id, entries = self._route_put(
             topic, queue_id, entries, wait, delay, default_queue_nums, default_topic
         )
+        if self.dledger_store is not None:
+            # acknowledged once a quorum holds every message, whatever the producer's WAIT:
+            # RocketMQ's DLedger commit log waits the same way
+            try:
+                put = self.dledger_store.put_dledger(
+                    store_topic,
+                    store_queue,
+                    entries,
+                    born_host=born_host,
+                    born_timestamp=born_timestamp,
+                    sys_flag=sys_flag,
+                    reconsume_times=reconsume_times,
+                )
+            except NotLeader as exc:
+                raise BrokerError(
+                    "not_master", f"this DLedger peer is not the leader: {exc}", 503
+                ) from None
+            (ack,) = put.acks
+            return PendingPut(put.result, queue_id, started, ack, quorum=True)
         result = self.store.put_messages(
             store_topic,
             store_queue,
@@ -512,20 +512,52 @@ class BrokerController:
             sys_flag=sys_flag,
             reconsume_times=reconsume_times,
         )
+        if wait is None:
+            wait = not entries or b"WAIT\x01false" not in entries[0].properties
+        if wait and self.config.flushDiskType is FlushDiskType.SYNC_FLUSH:
+            return PendingPut(result, queue_id, started, None, flush_first=True)
         return PendingPut(result, queue_id, started, self._replica_wait(result, wait))
 
-    def put_done(self, pending: PendingPut, replica: PutStatus | None) -> PutResult:
-        """The put's final status (a slave's non-OK status replaces the store's), counted."""
+    async def flush_then_wait(self, pending: PendingPut) -> None:
+        """Classic SYNC_FLUSH: the flush first (FLUSH_DISK_TIMEOUT when it is late), then the
+        SYNC slave's ack, if the role asks for one, becomes ``pending.ack``."""
         result = pending.result
-        if pending.replica is not None and replica is not PutStatus.SLAVE_NOT_AVAILABLE:
-            # refused at once is no wait
-            self.stats.observe(
-                self.stats.sync_wait, self._metric_labels(), time.perf_counter() - pending.waited
-            )
-        if replica is not None and replica is not PutStatus.PUT_OK:
-            result.status = replica
+        flushed = await self.store.wait_flushed(
+            result.next_offset, self.config.syncFlushTimeout / 1000
+        )
+        if not flushed:
+            result.status = PutStatus.FLUSH_DISK_TIMEOUT
+        pending.waited = time.perf_counter()
+        pending.ack = self._replica_wait(result, True)
+
+    def put_done(self, pending: PendingPut, outcome: PutStatus | Body | None) -> PutResult:
+        """The put's final result from what it waited for, counted. A slave's non-OK status
+        replaces the store's; a DLedger answer other than SUCCESS makes it
+        FLUSH_SLAVE_TIMEOUT (the entry may still commit under a later leader, or be cut)."""
+        result = pending.result
+        if pending.quorum:
+            self._observe_wait(pending)
+            code = int(outcome.get("code", -1)) if isinstance(outcome, dict) else -1
+            if code != DLedgerResponseCode.SUCCESS:
+                result.status = PutStatus.FLUSH_SLAVE_TIMEOUT
+                log.warning(
+                    "DLedger put of %d message(s) at %d not acknowledged by a quorum: %s",
+                    result.count,
+                    result.wrote_offset,
+                    DLedgerResponseCode.name_of(code),
+                )
+        elif isinstance(outcome, PutStatus):
+            if outcome is not PutStatus.SLAVE_NOT_AVAILABLE:  # refused at once: no wait
+                self._observe_wait(pending)
+            if outcome is not PutStatus.PUT_OK:
+                result.status = outcome
         self._count_put(result, pending.started)
         return result
+
+    def _observe_wait(self, pending: PendingPut) -> None:
+        self.stats.observe(
+            self.stats.sync_wait, self._metric_labels(), time.perf_counter() - pending.waited
+        )
 
     def _route_put(
         self,
@@ -591,40 +623,6 @@ class BrokerController:
         self.stats.observe(
             self.stats.produce_latency, self._metric_labels(), time.perf_counter() - started
         )
-
-    async def _put_dledger(
-        self,
-        store: DLedgerMessageStore,
-        topic: str,
-        queue_id: int,
-        entries: Sequence[BatchEntry],
-        **kwargs: Any,
-    ) -> PutResult:
-        """DLedger groups: acknowledged only once a quorum holds every message (whatever the
-        producer's WAIT: RocketMQ's DLedger commit log waits the same way)."""
-        try:
-            put = store.put_dledger(topic, queue_id, entries, **kwargs)
-        except NotLeader as exc:
-            raise BrokerError(
-                "not_master", f"this DLedger peer is not the leader: {exc}", 503
-            ) from None
-        waited = time.perf_counter()
-        acks = put.acks
-        answers = [await acks[0]] if len(acks) == 1 else await asyncio.gather(*acks)
-        self.stats.observe(
-            self.stats.sync_wait, self._metric_labels(), time.perf_counter() - waited
-        )
-        codes = {int(a.get("code", -1)) for a in answers}
-        if codes != {DLedgerResponseCode.SUCCESS}:
-            # not acknowledged: the entry may still commit under a later leader (or be cut)
-            put.result.status = PutStatus.FLUSH_SLAVE_TIMEOUT
-            log.warning(
-                "DLedger put of %d message(s) at %d not acknowledged by a quorum: %s",
-                put.result.count,
-                put.result.wrote_offset,
-                ", ".join(DLedgerResponseCode.name_of(c) for c in sorted(codes)),
-            )
-        return put.result
 
     def _metric_labels(self) -> tuple[str, str]:
         """(broker, brokerId) for the latency histograms; brokerId changes on promotion."""

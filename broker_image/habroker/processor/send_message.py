@@ -16,6 +16,7 @@ from functools import partial
 from typing import Any
 
 from habroker.broker import BrokerController, PendingPut
+from habroker.dledger.protocol import Body
 from habroker.message import (
     PROPERTY_DELAY_TIME_LEVEL,
     TRANSACTION_TYPE_MASK,
@@ -111,7 +112,7 @@ class _Put:
     queue_id: int | None
     entries: list[BatchEntry]
     born_host: tuple[str, int]
-    options: dict[str, Any]  # produce()'s and put_now()'s keyword arguments
+    options: dict[str, Any]  # put_now()'s keyword arguments
 
 
 class SendMessageProcessor:
@@ -129,14 +130,13 @@ class SendMessageProcessor:
 
     def process(
         self, request: RemotingCommand, channel: Channel
-    ) -> RemotingCommand | AnswerLater[PutStatus] | Awaitable[RemotingCommand]:
-        """Classic groups without SYNC_FLUSH are answered without a task: at once, or from
-        the SYNC slave's ack (``AnswerLater``); DLedger and SYNC_FLUSH puts await."""
+    ) -> RemotingCommand | AnswerLater[Any] | Awaitable[RemotingCommand]:
+        """The put runs as the frame is read; the answer comes at once, or from the ack's
+        done callback (``AnswerLater``: a SYNC slave's status, a DLedger quorum's answer), with
+        no task per request. Only SYNC_FLUSH puts await in a task (the flush, then the ack)."""
         broker = self.broker
         try:
             put = self._decode(request, channel)
-            if not broker.puts_answer_from_ack:
-                return self._produce(request, put)
             pending = broker.put_now(
                 put.topic, put.queue_id, put.entries, put.born_host, **put.options
             )
@@ -144,24 +144,28 @@ class SendMessageProcessor:
             raise RequestRefused(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {exc}") from None
         except REFUSALS as exc:
             raise refusal(exc) from None
-        if pending.replica is None:
-            return self._response(request, put, broker.put_done(pending, None), pending.queue_id)
-        return AnswerLater(pending.replica, partial(self._acked, request, put, pending))
+        if pending.flush_first:
+            return self._flush_then_answer(request, put, pending)
+        if pending.ack is None:
+            return self._acked(request, put, pending, None)
+        return AnswerLater(pending.ack, partial(self._acked, request, put, pending))
 
     def _acked(
-        self, request: RemotingCommand, put: _Put, pending: PendingPut, replica: PutStatus
+        self,
+        request: RemotingCommand,
+        put: _Put,
+        pending: PendingPut,
+        outcome: PutStatus | Body | None,
     ) -> RemotingCommand:
-        result = self.broker.put_done(pending, replica)
+        result = self.broker.put_done(pending, outcome)
         return self._response(request, put, result, pending.queue_id)
 
-    async def _produce(self, request: RemotingCommand, put: _Put) -> RemotingCommand:
-        try:
-            result, used_queue = await self.broker.produce(
-                put.topic, put.queue_id, put.entries, put.born_host, **put.options
-            )
-        except REFUSALS as exc:
-            raise refusal(exc) from None
-        return self._response(request, put, result, used_queue)
+    async def _flush_then_answer(
+        self, request: RemotingCommand, put: _Put, pending: PendingPut
+    ) -> RemotingCommand:
+        await self.broker.flush_then_wait(pending)
+        outcome = await pending.ack if pending.ack is not None else None
+        return self._acked(request, put, pending, outcome)
 
     def _decode(self, request: RemotingCommand, channel: Channel) -> _Put:
         """The request as a put: its checks (RocketMQ's msgCheck and friends) and entries."""

@@ -1,7 +1,8 @@
-"""SYNC sends over the client port, answered from the slave's ack (no task per request), against
-a real master and slave process: concurrent sends each get their own answer, a stopped slave
-(SIGSTOP, a real fault) turns the answer into FLUSH_SLAVE_TIMEOUT with the message stored, and
-the group goes on when it resumes."""
+"""SYNC sends over the client port against a real master and slave process, answered from the
+slave's ack (no task per request) or, with SYNC_FLUSH, by a task that waits for the flush and
+then the ack: concurrent sends each get their own answer, a stopped slave (SIGSTOP, a real
+fault) turns the answer into FLUSH_SLAVE_TIMEOUT with the message stored, and the group goes on
+when it resumes."""
 
 from __future__ import annotations
 
@@ -11,14 +12,16 @@ import signal
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
 from habroker.client import MQProducer, SendStatus
 from habroker.local import LocalGroup
 
 from tests.habroker.client.test_producer import create, read_all
 
 
-async def test_sync_sends_are_answered_from_the_slaves_ack(tmp_path: Path) -> None:
-    group = LocalGroup(tmp_path, slaves=1, mode="SYNC", syncFlushTimeout=800)
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+async def test_sync_sends_are_answered_from_the_slaves_ack(tmp_path: Path, flush: str) -> None:
+    group = LocalGroup(tmp_path, slaves=1, mode="SYNC", syncFlushTimeout=800, flushDiskType=flush)
     group.start()
     try:
         group.wait_connected()
@@ -52,6 +55,6 @@ async def test_sync_sends_are_answered_from_the_slaves_ack(tmp_path: Path) -> No
         group.wait_replicated()
         on_slave = [m.body for m in await read_all(slave.address, "acks")]
         assert sorted(on_slave) == sorted(expected)
-        print(f"{len(results)} concurrent SYNC sends SEND_OK; stopped slave: {stalled.status}")
+        print(f"{flush}: {len(results)} concurrent SYNC sends SEND_OK; stopped slave: {stalled}")
     finally:
         group.stop()
