@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, TypedDict, Unpack, cast
 
 from habroker import __version__
 from habroker.admin_auth import AdminToken
@@ -81,6 +81,18 @@ class PullOutcome:
     result: GetMessageResult
     suggest_which_broker_id: int
     retry_immediately: bool = False
+
+
+class PutOptions(TypedDict, total=False):
+    """``produce``'s and ``put_now``'s keyword arguments past the batch and its origin."""
+
+    born_timestamp: int | None
+    sys_flag: int  # the producer's bits (COMPRESSED, MULTI_TAGS, ...)
+    reconsume_times: int
+    wait: bool | None  # the producer's WAIT (None: read from the first entry)
+    delay: bool  # a single message whose DELAY property schedules it
+    default_queue_nums: int | None  # an auto-created topic's queues
+    default_topic: str | None  # the template of an auto-created topic (TBW102)
 
 
 @dataclass(slots=True)
@@ -427,14 +439,7 @@ class BrokerController:
         queue_id: int | None,
         entries: Sequence[BatchEntry],
         born_host: tuple[str, int],
-        *,
-        born_timestamp: int | None = None,
-        sys_flag: int = 0,
-        reconsume_times: int = 0,
-        wait: bool | None = None,
-        delay: bool = False,
-        default_queue_nums: int | None = None,
-        default_topic: str | None = None,
+        **options: Unpack[PutOptions],
     ) -> tuple[PutResult, int]:
         """Append a batch and wait as the role and flush type require; returns (result, queueId).
 
@@ -443,19 +448,7 @@ class BrokerController:
         delivery (SCHEDULE_TOPIC_XXXX, see :mod:`habroker.schedule`), as RocketMQ's put does;
         the queueId returned is still the real one.
         """
-        pending = self.put_now(
-            topic,
-            queue_id,
-            entries,
-            born_host,
-            born_timestamp=born_timestamp,
-            sys_flag=sys_flag,
-            reconsume_times=reconsume_times,
-            wait=wait,
-            delay=delay,
-            default_queue_nums=default_queue_nums,
-            default_topic=default_topic,
-        )
+        pending = self.put_now(topic, queue_id, entries, born_host, **options)
         if pending.flush_first:
             await self.flush_then_wait(pending)
         outcome = await pending.ack if pending.ack is not None else None
@@ -467,51 +460,41 @@ class BrokerController:
         queue_id: int | None,
         entries: Sequence[BatchEntry],
         born_host: tuple[str, int],
-        *,
-        born_timestamp: int | None = None,
-        sys_flag: int = 0,
-        reconsume_times: int = 0,
-        wait: bool | None = None,
-        delay: bool = False,
-        default_queue_nums: int | None = None,
-        default_topic: str | None = None,
+        **options: Unpack[PutOptions],
     ) -> PendingPut:
         """``produce`` up to its wait: the batch is stored when this returns, and what the
         answer still waits for is ``ack`` (after ``flush_then_wait`` if ``flush_first``).
         ``put_done`` turns the ack's outcome into the final result. The client port answers
         from the ack's done callback this way, with no task per request."""
         started = time.perf_counter()
+        wait = options.get("wait")
         store_topic, store_queue, queue_id, entries = self._route_put(
-            topic, queue_id, entries, wait, delay, default_queue_nums, default_topic
+            topic,
+            queue_id,
+            entries,
+            wait,
+            options.get("delay", False),
+            options.get("default_queue_nums"),
+            options.get("default_topic"),
         )
+        record: dict[str, Any] = {  # the stored records' own fields
+            "born_host": born_host,
+            "born_timestamp": options.get("born_timestamp"),
+            "sys_flag": options.get("sys_flag", 0),
+            "reconsume_times": options.get("reconsume_times", 0),
+        }
         if self.dledger_store is not None:
             # acknowledged once a quorum holds every message, whatever the producer's WAIT:
             # RocketMQ's DLedger commit log waits the same way
             try:
-                put = self.dledger_store.put_dledger(
-                    store_topic,
-                    store_queue,
-                    entries,
-                    born_host=born_host,
-                    born_timestamp=born_timestamp,
-                    sys_flag=sys_flag,
-                    reconsume_times=reconsume_times,
-                )
+                put = self.dledger_store.put_dledger(store_topic, store_queue, entries, **record)
             except NotLeader as exc:
                 raise BrokerError(
                     "not_master", f"this DLedger peer is not the leader: {exc}", 503
                 ) from None
             (ack,) = put.acks
             return PendingPut(put.result, queue_id, started, ack, quorum=True)
-        result = self.store.put_messages(
-            store_topic,
-            store_queue,
-            entries,
-            born_host=born_host,
-            born_timestamp=born_timestamp,
-            sys_flag=sys_flag,
-            reconsume_times=reconsume_times,
-        )
+        result = self.store.put_messages(store_topic, store_queue, entries, **record)
         if wait is None:
             wait = not entries or b"WAIT\x01false" not in entries[0].properties
         if wait and self.config.flushDiskType is FlushDiskType.SYNC_FLUSH:

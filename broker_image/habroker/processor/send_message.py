@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from habroker.broker import BrokerController, PendingPut
+from habroker.broker import BrokerController, PendingPut, PutOptions
 from habroker.dledger.protocol import Body
 from habroker.message import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -112,7 +112,7 @@ class _Put:
     queue_id: int | None
     entries: list[BatchEntry]
     born_host: tuple[str, int]
-    options: dict[str, Any]  # put_now()'s keyword arguments
+    options: PutOptions
 
 
 class SendMessageProcessor:
