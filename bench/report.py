@@ -427,7 +427,8 @@ def dledger_section(data: dict[str, Any]) -> list[str]:
     lines += [
         "Produce, 1 KiB messages in batches of 32, the same load generator for both: a DLedger",
         "group of three habroker peers (a quorum of two must hold each entry) beside a classic",
-        "SYNC master + slave.",
+        f"SYNC master + slave, taking turns {data['throughput'][0]['msgs_per_s'].get('n', '?')} "
+        "times (medians; a ratio is of the medians).",
         "",
         "| system | producers | msgs/s | ratio to SYNC |",
         "| --- | ---: | ---: | ---: |",

@@ -15,7 +15,7 @@ import ipaddress
 import socket
 import struct
 import zlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from habroker.compression import CompressionType, compression_of, decompress
@@ -248,11 +248,18 @@ def offset_msg_id(store_host: tuple[str, int], commit_log_offset: int) -> str:
     return _host_block_hex(store_host) + _I64.pack(commit_log_offset).hex().upper()
 
 
-def offset_msg_ids(store_host: tuple[str, int], commit_log_offsets: Iterable[int]) -> list[str]:
-    """:func:`offset_msg_id` of each offset: the host's hex is computed once (a batch's answer)."""
+def joined_offset_msg_ids(store_host: tuple[str, int], commit_log_offsets: Sequence[int]) -> str:
+    """The :func:`offset_msg_id` of each offset joined by commas, as a batch send's answer
+    carries them (the host's hex computed once; offsets are never negative).
+
+    Built with C string operations only (one ``pack``, one ``hex`` with a separator, one
+    ``replace``): a Python loop per message cost ~8 µs a 32-message answer on the client port.
+    """
+    if not commit_log_offsets:
+        return ""
     prefix = _host_block_hex(store_host)
-    # offsets are never negative: the int64's upper-case hex is the number's, 16 digits
-    return [f"{prefix}{offset:016X}" for offset in commit_log_offsets]
+    packed = struct.pack(f">{len(commit_log_offsets)}Q", *commit_log_offsets)
+    return prefix + packed.hex(",", 8).upper().replace(",", "," + prefix)
 
 
 def decode_offset_msg_id(msg_id: str) -> tuple[tuple[str, int], int]:

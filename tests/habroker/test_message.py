@@ -21,8 +21,8 @@ from habroker.message import (
     encode_properties,
     encode_record,
     host_block,
+    joined_offset_msg_ids,
     offset_msg_id,
-    offset_msg_ids,
     tags_code,
 )
 
@@ -291,10 +291,11 @@ def test_batch_msg_ids_equal_the_one_by_one_ids_for_random_hosts_and_offsets() -
         offsets = [0, 1, 2**63 - 1] + [rng.randrange(2 ** rng.randrange(1, 64)) for _ in range(50)]
         # the one-by-one id as it was built before the batch path existed
         before = [(host_block(host) + struct.pack(">q", o)).hex().upper() for o in offsets]
-        assert offset_msg_ids(host, offsets) == before
+        assert joined_offset_msg_ids(host, offsets) == ",".join(before)
+        assert joined_offset_msg_ids(host, offsets[:1]) == before[0]
         assert [offset_msg_id(host, o) for o in offsets] == before
         assert {len(i) for i in before} == {32 if len(host_block(host)) == 8 else 56}
-    assert offset_msg_ids(("10.0.0.7", 1), ()) == []
+    assert joined_offset_msg_ids(("10.0.0.7", 1), ()) == ""
 
 
 # -- decode_records --------------------------------------------------------------------------------

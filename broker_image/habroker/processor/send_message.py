@@ -22,7 +22,7 @@ from habroker.message import (
     TRANSACTION_TYPE_MASK,
     decode_properties,
     encode_properties,
-    offset_msg_ids,
+    joined_offset_msg_ids,
 )
 from habroker.metadata import PERM_WRITE
 from habroker.processor.errors import REFUSALS, refusal
@@ -231,10 +231,8 @@ class SendMessageProcessor:
         self, request: RemotingCommand, put: _Put, result: PutResult, used_queue: int
     ) -> RemotingCommand:
         if len(put.entries) > 1:
-            msg_id = ",".join(
-                offset_msg_ids(
-                    self.broker.store_host, result.record_offsets or (result.wrote_offset,)
-                )
+            msg_id = joined_offset_msg_ids(
+                self.broker.store_host, result.record_offsets or (result.wrote_offset,)
             )
         else:
             msg_id = result.msg_id
