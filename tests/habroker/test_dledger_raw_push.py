@@ -435,3 +435,54 @@ async def test_a_leader_refused_as_repeated_compares_and_the_follower_catches_up
     assert got == {0, 1, 2, 3, 4}
     assert "APPEND 0" in seen and PushType.COMPARE in seen, seen
     assert seen.index(PushType.COMPARE) > seen.index("APPEND 0")
+
+
+async def test_a_lone_produce_is_pushed_at_once_and_produces_waiting_together_share_a_push(
+    tmp_path,
+):
+    """A real leader pusher and a real follower (its EntryHandler behind its RPC server): a
+    produce with no other one waiting for a quorum goes to the follower before its append
+    returns (no loop pass); two produces appended while one waits go out in one push."""
+    from habroker.config import parse_peers
+    from habroker.dledger.entry_pusher import DLedgerEntryPusher, PusherConfig
+    from habroker.dledger.member_state import MemberState
+    from habroker.dledger.protocol import PushType
+
+    follower_pusher, follower = _follower_pusher(tmp_path)
+    follower_rpc = follower_pusher.rpc
+    follower_rpc.register_raw_push(follower_pusher.handle_push)
+    await follower_rpc.server.start("127.0.0.1", 0)
+    port = follower_rpc.server._servers[0].sockets[0].getsockname()[1]
+    peers = f"n0-127.0.0.1:1;n1-127.0.0.1:{port}"
+    state = MemberState("g", "n0", parse_peers(peers, "n0"), tmp_path / "leader-state")
+    state.term = 1
+    state.change_to_leader(1)
+    leader = open_store(tmp_path / "l", "n0", 1 << 20)
+    rpc = DLedgerRpcService(parse_peers(peers, "n0"), "n0")
+    pusher = DLedgerEntryPusher(state, leader, rpc, PusherConfig(), lambda _index: None)
+    dispatcher = pusher.dispatchers["n1"]
+    dispatcher.term, dispatcher.leader_id = 1, "n0"
+    dispatcher._change(-1, PushType.APPEND)  # as after a COMPARE of two empty logs
+
+    def produce(count: int, tag: bytes) -> asyncio.Future[dict[str, object]]:
+        entries = leader.append_batch_as_leader([tag * 40] * count, 1)
+        return pusher.wait_ack_at(1, entries[-1].index, entries[-1].pos)
+
+    try:
+        # the first push opens the connection (a task); the ones after it are sent at once
+        assert (await asyncio.wait_for(produce(1, b"w"), 5))["code"] == RC.SUCCESS
+        pushes = dispatcher.pushes
+        alone = produce(3, b"a")
+        assert dispatcher.pushes == pushes + 1, "a lone produce is pushed before append returns"
+        together = [produce(2, b"b"), produce(1, b"c")]
+        assert dispatcher.pushes == pushes + 1, "produces that wait together are not pushed yet"
+        answers = await asyncio.wait_for(asyncio.gather(alone, *together), 5)
+        assert [a["code"] for a in answers] == [RC.SUCCESS] * 3
+        assert dispatcher.pushes == pushes + 2, "the two waiting produces went in one push"
+        assert follower.ledger_end_index == leader.ledger_end_index == 6
+        assert [follower.get(i) for i in range(7)] == [leader.get(i) for i in range(7)]
+    finally:
+        await pusher.stop()
+        await follower_pusher.stop()
+        await rpc.stop()
+        await follower_rpc.stop()

@@ -280,13 +280,20 @@ class DLedgerEntryPusher:
             del self._payloads[next(iter(self._payloads))]
         return payload
 
-    def wake_dispatchers(self) -> None:
+    def wake_dispatchers(self, inline: bool = False) -> None:
         """New entries: the appending dispatchers push them in one callback after this loop
-        pass (every produce of the pass in one push); the others are woken."""
+        pass (every produce of the pass in one push); the others are woken.  ``inline``: an
+        appending dispatcher with no push in flight pushes at once instead (one producer
+        alone gains a loop pass of latency; under load the pushes still coalesce)."""
+        later = False
         for dispatcher in self.dispatchers.values():
             if dispatcher.type != PushType.APPEND:
                 dispatcher.wake.set()
-        if not self._push_scheduled:
+            elif not dispatcher.inflight and inline:
+                dispatcher.push_now()
+            else:
+                later = True
+        if later and not self._push_scheduled:
             self._push_scheduled = True
             asyncio.get_running_loop().call_soon(self._push_appends)
 
@@ -314,7 +321,9 @@ class DLedgerEntryPusher:
             self.water_marks.update(term, self.state.self_id, index)
         fut: asyncio.Future[Body] = asyncio.get_running_loop().create_future()
         self.pending[index] = PendingAppend(fut, _now_ms() + self.config.max_wait_ack_ms, pos)
-        self.wake_dispatchers()
+        # no other producer waits for a quorum: no produce of this pass to share a push with,
+        # so the followers get it now rather than after the loop pass
+        self.wake_dispatchers(inline=len(self.pending) == 1)
         if not self.dispatchers or self.config.sync_flush:
             self.wake_ack_checker()  # otherwise the followers' answers run the check
         return fut
