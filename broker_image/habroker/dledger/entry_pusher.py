@@ -323,7 +323,7 @@ class DLedgerEntryPusher:
         self.pending[index] = PendingAppend(fut, _now_ms() + self.config.max_wait_ack_ms, pos)
         # no other producer waits for a quorum: no produce of this pass to share a push with,
         # so the followers get it now rather than after the loop pass
-        self.wake_dispatchers(inline=len(self.pending) == 1)
+        self.wake_dispatchers(inline=len(self.pending) == 1 and not self._stopped)
         if not self.dispatchers or self.config.sync_flush:
             self.wake_ack_checker()  # otherwise the followers' answers run the check
         return fut
