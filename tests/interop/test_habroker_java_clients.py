@@ -170,6 +170,24 @@ def test_mqadmin_status_progress_and_message_lookup(group: JavaGroup) -> None:
     assert topic not in topics
 
 
+def test_mqadmin_finds_every_message_of_a_batch_by_its_offset_msg_id(group: JavaGroup) -> None:
+    """A batch send's answer carries one offset msgId per message, comma-joined: the Java
+    client splits them into its SendResult, and mqadmin's queryMsgById (the Java decoder of the
+    id, then VIEW_MESSAGE_BY_ID at the address and offset it names) finds each message."""
+    ns, topic = group.ns, "T-batch-ids"
+    create_topic(ns, topic, 2, namesrv=group.namesrv)
+    events = produce(ns, topic, "--mode", "batch", "--count", "4", "--batch", "4", "--id-prefix",
+                     "bid-", namesrv=group.namesrv)  # fmt: skip
+    [send] = events_of(events, "send")
+    assert send["status"] == "SEND_OK", send
+    offset_ids = send["offsetMsgId"].split(",")
+    assert len(offset_ids) == len(send["ids"]) == 4, send
+    assert len(set(offset_ids)) == 4, offset_ids
+    for message_id, offset_id in list(zip(send["ids"], offset_ids, strict=True))[::3]:
+        found = run_mqadmin(ns, V4, "queryMsgById", "-n", group.namesrv, "-i", offset_id)
+        assert topic in found and message_id in found, found
+
+
 # -- a Java slave of a habroker master --------------------------------------------------------------
 
 
