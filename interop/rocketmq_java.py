@@ -322,6 +322,29 @@ def _remove_stale_namespaces() -> None:
 # -- Java processes ---------------------------------------------------------------------------
 
 
+def _tmpdir(home: Path) -> str:
+    """``-Djava.io.tmpdir`` in the JVM's own folder: what Java writes to its temporary
+    directory (Netty's self-signed certificates, ``keyutil_*``) stays with the test."""
+    tmp = home / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    return f"-Djava.io.tmpdir={tmp}"
+
+
+#: mqadmin (queryMsgById, queryMsgByKey...) saves each message body it prints here, a fixed path
+MQADMIN_BODY_DIR = Path("/tmp/rocketmq/msgbodys")
+
+
+def _remove_body_files(stdout: str) -> None:
+    """Delete the body files an mqadmin run reported saving, and their folders once empty."""
+    for name in re.findall(r"Message Body Path:\s*(\S+)", stdout):
+        path = Path(name)
+        if path.parent == MQADMIN_BODY_DIR:
+            path.unlink(missing_ok=True)
+    for folder in (MQADMIN_BODY_DIR, MQADMIN_BODY_DIR.parent):
+        with contextlib.suppress(OSError):  # not empty (another user's files) or absent
+            folder.rmdir()
+
+
 def _java_env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAVA_TOOL", "_JAVA"))}
     env["ROCKETMQ_HOME"] = str(ROCKETMQ_HOME)
@@ -374,6 +397,7 @@ class JavaProcess(abc.ABC):
         argv = [
             "java",
             *self.jvm_flags,
+            _tmpdir(self.root),
             f"-Duser.home={self.root}",
             f"-Drocketmq.home.dir={ROCKETMQ_HOME}",
             # 5.x reads its (shaded) logback config from this property; 4.x from ROCKETMQ_HOME/conf
@@ -553,6 +577,7 @@ def _driver(
         "java",
         *JVM_FLAGS[2:],  # no fixed heap: clients are small
         "-Xmx256m",
+        _tmpdir(home),
         f"-Duser.home={home}",
         f"-Drocketmq.home.dir={ROCKETMQ_HOME}",
         f"-Dlogback.configurationFile={ROCKETMQ_HOME / 'conf' / 'logback_driver.xml'}",
@@ -618,6 +643,7 @@ def run_mqadmin(
 ) -> str:
     """The real mqadmin (rocketmq-tools ``version``) in ``ns``; its stdout.  Raises if it threw."""
     done, home = _driver(ns, version, ["admin", *args], timeout, serialize, jvm)
+    _remove_body_files(done.stdout)
     if done.returncode != 0:
         raise AssertionError(
             f"mqadmin {' '.join(args)} ({version}) exited {done.returncode}:\n"
@@ -687,7 +713,7 @@ def topic_status(text: str) -> list[QueueStatus]:
 
 def start_sync_group(ns: NetNS, version: str = "4.9.7") -> tuple[JavaBroker, JavaBroker]:
     """A Java name server, SYNC_MASTER (10911) and SLAVE (10921) in ``ns``, booted, with the
-    slave's HA connection up (SYNC sends answer SEND_OK only then)."""
+    slave's first HA offset report in (SYNC sends answer SEND_OK only then)."""
     JavaNameServer(ns, ns.root / "namesrv").start()
     master = JavaBroker(
         ns, version, ns.root / "master", BrokerSpec(role="SYNC_MASTER", listen_port=10911)
@@ -708,13 +734,26 @@ def start_sync_group(ns: NetNS, version: str = "4.9.7") -> tuple[JavaBroker, Jav
     return master, slave
 
 
+#: what a Java master logs when a slave's first offset report arrives (4.9 HAConnection, 5.x
+#: DefaultHAConnection): only from then on does it replicate to that slave.
+HA_FIRST_REPORT = "] request offset "
+
+
 def wait_ha_connected(ns: NetNS, master: JavaBroker, timeout: float = 60.0) -> None:
-    """Until a slave holds an HA connection to ``master``."""
+    """Until a slave holds an HA connection to ``master`` and has reported its offset on it.
+
+    A Java slave sends its first report one heartbeat interval (5 s) after it connects; a
+    SYNC_MASTER replicates nothing before, so a send in that window can answer
+    FLUSH_SLAVE_TIMEOUT.
+    """
     port = master.spec.listen_port + 1
+    log = master.root / "logs" / "broker.log"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         out = ns.run(["ss", "-Htn", "state", "established", f"( sport = :{port} )"]).stdout
-        if out.strip():
+        if out.strip() and log.exists() and HA_FIRST_REPORT in log.read_text(errors="replace"):
             return
         time.sleep(0.3)
-    raise TimeoutError(f"no HA connection to {master} after {timeout}s:\n{master.tail_log()}")
+    raise TimeoutError(
+        f"no slave has reported its offset to {master} after {timeout}s:\n{master.tail_log()}"
+    )

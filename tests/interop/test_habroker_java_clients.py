@@ -11,10 +11,12 @@ commands the oracle does not run, a Java slave of a habroker master) follow belo
 
 from __future__ import annotations
 
+import re
 import time
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from habroker.local import LocalBroker, LocalGroup, free_port
@@ -183,9 +185,14 @@ def test_mqadmin_finds_every_message_of_a_batch_by_its_offset_msg_id(group: Java
     offset_ids = send["offsetMsgId"].split(",")
     assert len(offset_ids) == len(send["ids"]) == 4, send
     assert len(set(offset_ids)) == 4, offset_ids
+    body_files = []
     for message_id, offset_id in list(zip(send["ids"], offset_ids, strict=True))[::3]:
         found = run_mqadmin(ns, V4, "queryMsgById", "-n", group.namesrv, "-i", offset_id)
         assert topic in found and message_id in found, found
+        body_files += re.findall(r"Message Body Path:\s*(\S+)", found)
+    # mqadmin saved each body under the fixed /tmp/rocketmq/msgbodys: run_mqadmin removed them
+    assert len(body_files) == 2, body_files
+    assert not any(Path(name).exists() for name in body_files), body_files
 
 
 # -- a Java slave of a habroker master --------------------------------------------------------------
