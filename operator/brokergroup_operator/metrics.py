@@ -182,6 +182,11 @@ def observe_sweep(namespace: str, name: str, status: Mapping[str, Any], seconds:
     SWEEPS.inc()
     SWEEP_DURATION.observe(seconds)
     GROUPS.record(namespace, name, status)
+    if status.get("dledger"):
+        # each reason's series from 0 on, so that increase() sees a group's first event (a
+        # series born at 1 has no earlier sample to increase from): the alerts read them
+        for reason in DLEDGER_REASONS:
+            DLEDGER_EVENTS.labels(namespace, name, reason)
 
 
 def observe_events(namespace: str, name: str, events: Iterable[Any]) -> None:

@@ -95,6 +95,9 @@ async def _sweeps_and_gauges(local_group: LocalGroup, port: int) -> None:
         assert value(values, "brokergroup_operator_group_brokers_up", **GROUP) == 2
         assert value(values, "brokergroup_operator_group_slaves_in_sync", **GROUP) == 1
         assert value(values, "brokergroup_operator_group_phase", phase="Running", **GROUP) == 1
+        # a classic group has no DLedger event series
+        events = "brokergroup_operator_dledger_events_total"
+        assert value(values, events, reason="LeaderElected", **GROUP) is None
 
         # the slave goes away: one broker up, none in sync, a SYNC group no longer Ready
         local_group.slaves[0].stop()
@@ -153,6 +156,10 @@ async def test_dledger_gauges_and_events_from_a_real_quorum(tmp_path: Path) -> N
             await dl.until(serving, 30, "the quorum Running with every peer caught up")
             metrics.observe_sweep("ns", "dl", h.status, 0.02)
             types, values = scrape(port)
+            # every reason counts from 0 once the group is swept, before its first event
+            events = "brokergroup_operator_dledger_events_total"
+            for reason in metrics.DLEDGER_REASONS:
+                assert value(values, events, reason=reason, **dgroup) == 0, reason
             d = h.status["dledger"]
             assert types["brokergroup_operator_group_dledger_term"] == "gauge"
             assert value(values, "brokergroup_operator_group_dledger_term", **dgroup) == d["term"]
@@ -183,7 +190,6 @@ async def test_dledger_gauges_and_events_from_a_real_quorum(tmp_path: Path) -> N
         reasons = ("LeaderElected", "LeadershipTransferred", "PeerBehind", "SomethingElse")
         metrics.observe_events("ns", "dl", [Event("Normal", r, "a message") for r in reasons])
         _, values = scrape(port)
-        events = "brokergroup_operator_dledger_events_total"
         assert value(values, events, reason="LeaderElected", **dgroup) == 1
         assert value(values, events, reason="LeadershipTransferred", **dgroup) == 1
         assert value(values, events, reason="PeerBehind", **dgroup) == 1

@@ -40,6 +40,7 @@ ALERTS = {
     "BrokerGroupSlaveOutOfSync",
     "BrokerGroupHALagGrowing",
     "BrokerGroupDLedgerPeerDown",
+    "BrokerGroupDLedgerLeaderUnstable",
     "BrokerGroupSlaveDiverged",
     "BrokerGroupDiskFilling",
     "BrokerGroupConsumerLagGrowing",
@@ -189,6 +190,7 @@ def test_dashboard_names_only_exposed_metrics(exposed: set[str]) -> None:
         "habroker_consumer_group_lag",
         "habroker_store_disk_used_ratio",
         "brokergroup_operator_failovers_total",
+        "brokergroup_operator_dledger_events_total",
         "brokergroup_operator_sweep_duration_seconds_bucket",
     ):
         assert name in used, name
