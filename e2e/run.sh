@@ -42,16 +42,14 @@ bash "$E2E_DIR/cluster/images.sh" all
 echo "e2e: images $((SECONDS - t))s"
 t=$SECONDS
 # The suite's helpers that need the pod network (the operator run from the source tree)
-# run in the control plane's namespace; node-loss scenarios use node.sh.
-# No NetworkPolicy engine runs on the local cluster yet (docs/e2e.md, "NetworkPolicy"): the
-# tests that need one are deselected here, by name and visibly; kind runs them.
+# run in the control plane's namespace; node-loss scenarios use node.sh. Every node runs
+# kube-router's firewall, so the network_policy tests run here too (docs/e2e.md).
 "${USAGE[@]}" --watch "$E2E_DIR/.cache/usage-peak.json" &
 watcher=$!
-echo "e2e: deselecting the network_policy tests: the local cluster enforces no NetworkPolicy (docs/e2e.md)"
 KUBECONFIG="$E2E_DIR/.cluster/kubeconfig" \
   E2E_POD_NETWORK_NETNS=/run/netns/bg-e2e-cp \
   E2E_NODE_CTL="bash $E2E_DIR/cluster/node.sh" \
-  "$PYTHON" -m pytest "$E2E_DIR/tests" -m "not network_policy" "$@" || rc=$?
+  "$PYTHON" -m pytest "$E2E_DIR/tests" "$@" || rc=$?
 echo "e2e: tests $((SECONDS - t))s"
 kill "$watcher" 2>/dev/null || true
 wait "$watcher" 2>/dev/null || true

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the pinned Kubernetes binaries, CoreDNS, helm and the pause binary
+# Build the pinned Kubernetes binaries, CoreDNS, helm, kube-router and the pause binary
 # from the Go module proxy into $BIN_DIR. Go's own caches stay at their
 # defaults, so a rebuild after `rm -rf e2e/.cluster` takes a minute or two.
 set -euo pipefail
@@ -11,11 +11,11 @@ export GOTOOLCHAIN=local GOFLAGS=-buildvcs=false CGO_ENABLED=0
 
 K8S_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
 STAMP="$BIN_DIR/.versions"
-WANT="k8s=$K8S_VERSION coredns=$COREDNS_VERSION helm=$HELM_VERSION pause=$(sha256sum "$CLUSTER_SCRIPTS/pause/main.go" | cut -c1-16)"
+WANT="k8s=$K8S_VERSION coredns=$COREDNS_VERSION helm=$HELM_VERSION kube-router=$KUBE_ROUTER_VERSION pause=$(sha256sum "$CLUSTER_SCRIPTS/pause/main.go" | cut -c1-16)"
 
 all_present() {
   local b
-  for b in "${K8S_BINS[@]}" coredns helm pause; do [[ -x $BIN_DIR/$b ]] || return 1; done
+  for b in "${K8S_BINS[@]}" coredns helm kube-router pause; do [[ -x $BIN_DIR/$b ]] || return 1; done
   [[ -f $STAMP && "$(<"$STAMP")" == "$WANT" ]]
 }
 
@@ -90,6 +90,13 @@ GOBIN="$BIN_DIR" "${NICE[@]}" go install -trimpath \
   "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" >"$E2E_CACHE_DIR/helm-build.log" 2>&1 ||
   { tail -20 "$E2E_CACHE_DIR/helm-build.log" >&2; die "helm build failed"; }
 log "helm built in $((SECONDS - t))s"
+t=$SECONDS
+GOBIN="$BIN_DIR" "${NICE[@]}" go install -trimpath \
+  -ldflags "-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$KUBE_ROUTER_VERSION" \
+  "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@$KUBE_ROUTER_VERSION" \
+  >"$E2E_CACHE_DIR/kube-router-build.log" 2>&1 ||
+  { tail -20 "$E2E_CACHE_DIR/kube-router-build.log" >&2; die "kube-router build failed"; }
+log "kube-router built in $((SECONDS - t))s"
 
 # --- pause: our own tiny sandbox process (no image can be pulled here).
 (cd "$CLUSTER_SCRIPTS/pause" && "${NICE[@]}" go build -trimpath -ldflags "-s -w" -o "$BIN_DIR/pause" .) ||

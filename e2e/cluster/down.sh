@@ -19,6 +19,7 @@ stop_forwarders() {
 node_daemons_stop() {
   local i
   for i in $(node_indexes_any); do
+    stop_daemon "node$i-kube-router" 10
     stop_daemon "node$i-kube-proxy" 10
     stop_daemon "node$i-kubelet" 10
   done

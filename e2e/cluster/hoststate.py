@@ -98,6 +98,14 @@ def legacy_rules() -> str:
     return "\n".join(out)
 
 
+def ipset_names() -> list[str]:
+    """The host's ipsets (kube-router makes its own only inside the node namespaces)."""
+    if shutil.which("ipset") is None:
+        return []
+    res = subprocess.run(["ipset", "list", "-n"], capture_output=True, text=True, check=False)
+    return sorted(res.stdout.split())
+
+
 def our_cgroups() -> list[str]:
     if not CGROUP_ROOT.exists():
         return []
@@ -365,6 +373,7 @@ def snapshot() -> Obj:
         "links": links,
         "nftables": normalized_nft(nft_ruleset()),
         "iptables-legacy": legacy_rules().splitlines(),
+        "ipsets": ipset_names(),
         "sysctls": [f"{k}={v}" for k, v in sorted(all_sysctls().items())],
         "mounts": sorted(mount_points()),
         "netns": netns_names() or [],
@@ -391,6 +400,8 @@ def is_ours(kind: str, item: str) -> bool:
         return bool(re.search(r'"(KUBE-|CNI-|kube-proxy)', item))
     if kind == "iptables-legacy":
         return bool(re.search(r"\b(KUBE|CNI)-", item))
+    if kind == "ipsets":
+        return item.startswith(("KUBE-", "kube-router"))
     if kind in ("mounts", "netns"):
         name = item.rsplit("/", 1)[-1]
         return "/.cluster/" in item or "bg-e2e" in item or bool(OUR_NETNS.match(name))

@@ -11,6 +11,7 @@ APT_PKGS=(
   containerd runc containernetworking-plugins   # CRI runtime + bridge/host-local/loopback
   podman debootstrap                            # image builds from a local base
   iptables nftables conntrack iproute2 kmod     # kubelet / kube-proxy / node address
+  ipset                                         # kube-router's NetworkPolicy sets
   openssl ca-certificates util-linux procps     # PKI, setsid, process checks
 )
 

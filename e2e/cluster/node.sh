@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Lose a node, and bring it back (the suite's node-loss scenario):
-#   node.sh stop NODE    stop its kubelet, kube-proxy and containerd and unplug it from the
+#   node.sh stop NODE    stop its kubelet, kube-proxy, kube-router and containerd and unplug it from the
 #                        lan: its pods keep running but nobody reaches them, as if the machine
 #                        had died (the node turns NotReady; its pods stay Terminating)
 #   node.sh start NODE   plug it back in and start its daemons again
@@ -22,16 +22,18 @@ case $1 in
   stop)
     stop_daemon "node$i-kubelet" 0
     stop_daemon "node$i-kube-proxy" 0
+    stop_daemon "node$i-kube-router" 0
     stop_daemon "node$i-containerd" 0
     ip -n "$LAN_NS" link set "node$i" down
-    log "node $n lost: kubelet, kube-proxy, containerd stopped, unplugged from the lan"
+    log "node $n lost: kubelet, kube-proxy, kube-router, containerd stopped, unplugged from the lan"
     ;;
   start)
     ip -n "$LAN_NS" link set "node$i" up
     start_containerd "$i"
     wait_for "node$i-containerd" 30 ctr --address "$(node_sock "$i")" version
     start_kubelet_and_wait "$i"
-    log "node $n back: plugged in, containerd, kubelet, kube-proxy started"
+    start_kube_router "$i"
+    log "node $n back: plugged in, containerd, kubelet, kube-proxy, kube-router started"
     ;;
   freeze | thaw)
     id="${3#containerd://}"

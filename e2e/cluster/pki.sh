@@ -61,6 +61,7 @@ for i in $(node_indexes); do
 done
 cert coredns "/CN=system:e2e:coredns" clientAuth
 cert provisioner "/CN=system:e2e:provisioner" clientAuth
+cert kube-router "/CN=system:e2e:kube-router" clientAuth
 
 if [[ ! -f sa.key ]]; then
   openssl genrsa -out sa.key 2048 2>/dev/null
@@ -96,6 +97,7 @@ kubeconfig scheduler.kubeconfig system:kube-scheduler scheduler 127.0.0.1
 kubeconfig coredns.kubeconfig system:e2e:coredns coredns 127.0.0.1
 kubeconfig provisioner.kubeconfig system:e2e:provisioner provisioner 127.0.0.1
 kubeconfig kube-proxy.kubeconfig system:kube-proxy kube-proxy "$CP_IP"
+kubeconfig kube-router.kubeconfig system:e2e:kube-router kube-router "$CP_IP"
 for i in $(node_indexes); do
   n="$(node_name "$i")"
   kubeconfig "kubelet-$n.kubeconfig" "system:node:$n" "kubelet-client-$n" "$CP_IP"

@@ -10,7 +10,7 @@ show() {
 show apiforward "host, 127.0.0.1:$APISERVER_PORT -> $CP_NS"
 for d in etcd kube-apiserver kube-controller-manager kube-scheduler coredns provisioner; do show "$d" "$CP_NS"; done
 for i in $(node_indexes); do
-  for d in containerd kubelet kube-proxy; do show "node$i-$d" "$(node_name "$i")"; done
+  for d in containerd kubelet kube-proxy kube-router; do show "node$i-$d" "$(node_name "$i")"; done
 done
 if is_running kube-apiserver; then
   kubectl_admin get nodes -L topology.kubernetes.io/zone -o wide

@@ -2,7 +2,7 @@
 # Bring up the multi-node cluster inside network namespaces of its own:
 #   bg-e2e-lan    a bridge joining the others (no address)
 #   bg-e2e-cp     etcd, kube-apiserver, controller-manager, scheduler, CoreDNS, provisioner
-#   bg-e2e-nodeN  containerd, kubelet, kube-proxy and the node's pods (N = 1..E2E_NODES)
+#   bg-e2e-nodeN  containerd, kubelet, kube-proxy, kube-router (NetworkPolicy) and the node's pods
 # The host gets no address, link or rule of the cluster: only "unreachable" routes for the
 # cluster's ranges while it runs, and a forwarder on 127.0.0.1 for host clients.
 # Idempotent: whatever already runs is left as it is.
@@ -25,7 +25,7 @@ if owned_by_other; then
 fi
 
 CP_DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler coredns provisioner apiforward)
-NODE_DAEMONS=(containerd kubelet kube-proxy)
+NODE_DAEMONS=(containerd kubelet kube-proxy kube-router)
 all_daemons() {
   local i d
   printf '%s\n' "${CP_DAEMONS[@]}"
@@ -312,8 +312,10 @@ nodes_ready() {
   ((got == want))
 }
 wait_for "kubelet ($NODE_COUNT nodes Ready)" 180 nodes_ready
+for i in $(node_indexes); do start_kube_router "$i"; done
 for i in $(node_indexes); do
   wait_for "node$i-kube-proxy healthz" 60 in_ns "$(node_name "$i")" curl -sf http://127.0.0.1:10256/healthz
+  wait_for "node$i-kube-router healthz" 90 in_ns "$(node_name "$i")" curl -sf "http://127.0.0.1:$KUBE_ROUTER_HEALTH_PORT/healthz"
 done
 wait_for "coredns ready" 60 in_ns "$CP_NS" curl -sf http://127.0.0.1:18181/ready
 wait_for "kube-controller-manager (default service account)" 60 kubectl_admin -n default get serviceaccount default

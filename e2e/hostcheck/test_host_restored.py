@@ -2,7 +2,7 @@
 
 The snapshot taken before bring-up (E2E_HOST_BEFORE, written by `hoststate.py snapshot`) is
 compared with the host now, kind by kind: addresses, routes, policy rules, links, nftables,
-iptables-legacy, sysctls, mounts, network namespaces, our cgroups. Anything that differs and
+iptables-legacy, ipsets, sysctls, mounts, network namespaces, our cgroups. Anything that differs and
 is the cluster's (its address ranges, its names) fails. Under CI=true every difference fails;
 on a shared workstation, differences that are visibly someone else's (another program's
 network namespace, say) are printed and tolerated.
@@ -29,6 +29,7 @@ KINDS = [
     "links",
     "nftables",
     "iptables-legacy",
+    "ipsets",
     "sysctls",
     "mounts",
     "netns",
