@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Lose a node, and bring it back (the suite's node-loss scenario):
-#   node.sh stop NODE    stop its kubelet, kube-proxy, kube-router and containerd and unplug it from the
-#                        lan: its pods keep running but nobody reaches them, as if the machine
-#                        had died (the node turns NotReady; its pods stay Terminating)
+#   node.sh stop NODE    stop its kubelet, kube-proxy, kube-router and containerd and unplug
+#                        it from the lan: its pods keep running but nobody reaches them, as if
+#                        the machine had died (the node turns NotReady; its pods stay Terminating)
 #   node.sh start NODE   plug it back in and start its daemons again
 #   node.sh freeze NODE CONTAINER_ID / thaw NODE CONTAINER_ID
 #                        freeze (cgroup freezer, `ctr task pause`) or thaw one container of
