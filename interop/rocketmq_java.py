@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
-from habroker.local import LocalBroker, LocalGroup
+from habroker.local import LocalBroker, LocalDLedgerGroup, LocalGroup
 
 REPO = Path(__file__).resolve().parents[1]
 INSTALL_SCRIPT = REPO / "interop" / "install.sh"
@@ -268,6 +268,15 @@ class NetNS:
             root, slaves=slaves, mode=mode, command_prefix=self.prefix, call_in=self.call, **config
         )
         self.habrokers.extend(group.brokers)
+        return group
+
+    def local_dledger_group(self, root: Path, peers: int = 3, **config: Any) -> LocalDLedgerGroup:
+        """``peers`` habroker DLedger peers (n0, n1, ...) of one group, all inside this
+        namespace."""
+        group = LocalDLedgerGroup(
+            root, peers=peers, command_prefix=self.prefix, call_in=self.call, **config
+        )
+        self.habrokers.extend(group.peers)
         return group
 
     def close(self) -> None:

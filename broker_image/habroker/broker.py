@@ -884,6 +884,7 @@ class BrokerController:
             "httpAddress": f"{cfg.brokerIP1}:{cfg.httpListenPort}",
             "haListenAddress": f"{cfg.brokerIP1}:{cfg.haListenPort}",
             "externalAddrs": {str(k): v for k, v in self.routes.external.items()},
+            "externalPeerAddrs": dict(self.routes.external_peers),
             "minOffset": store.min_phy_offset,
             "maxOffset": store.max_phy_offset,
             "flushedOffset": store.flushed_offset,

@@ -13,14 +13,14 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from habroker.admin_auth import ADMIN_PREFIX, AdminToken
 from habroker.broker import BrokerController, BrokerError
-from habroker.config import ConfigError, parse_host_port
+from habroker.config import ConfigError, broker_id_of, parse_host_port
 from habroker.message import decode_records
 from habroker.metadata import MetadataError
 from habroker.metrics import exposition
@@ -432,37 +432,71 @@ async def set_master_address(request: web.Request) -> web.Response:
 
 async def get_external_addresses(request: web.Request) -> web.Response:
     routes = request.app[BROKER_KEY].routes
-    return web.json_response({"brokerAddrs": {str(k): v for k, v in routes.external.items()}})
+    return web.json_response(
+        {
+            "brokerAddrs": {str(k): v for k, v in routes.external.items()},
+            "peerAddrs": dict(routes.external_peers),
+        }
+    )
+
+
+_K = TypeVar("_K", int, str)
+
+_EXTERNAL_FIELDS = (
+    'fields: brokerAddrs, an object of brokerId -> "host:port" (e.g. {"0": '
+    '"203.0.113.7:31911"}), and/or, in a DLedger group, peerAddrs, an object of '
+    'dLegerSelfId -> "host:port" (e.g. {"n0": "203.0.113.7:31911"})'
+)
 
 
 async def put_external_addresses(request: web.Request) -> web.Response:
     """Where clients outside the cluster reach each broker of the group (the operator knows:
-    node ports, load balancers); route answers on externalListenPort carry these."""
+    node ports, load balancers); route answers on externalListenPort carry these.  A classic
+    group's are told by brokerId; a DLedger group's by peer, since brokerIds follow the
+    leader (habroker.route_info)."""
     broker = request.app[BROKER_KEY]
     body = await _json_body(request)
-    addrs = body.get("brokerAddrs")
-    parsed: dict[int, str] = {}
-    if isinstance(addrs, dict):
-        for key, value in addrs.items():
-            try:
-                if not isinstance(value, str) or not _BROKER_ID.fullmatch(key):
-                    raise ConfigError(key)
-                parse_host_port(value)
-            except ConfigError:
-                parsed = {}
-                break
-            if int(key) > MAX_BROKER_ID:
-                parsed = {}
-                break
-            parsed[int(key)] = value
-    if not isinstance(addrs, dict) or len(parsed) != len(addrs):
-        raise BrokerError(
-            "bad_request",
-            'fields: brokerAddrs, an object of brokerId -> "host:port" (e.g. {"0": '
-            '"203.0.113.7:31911"})',
-        )
-    broker.routes.set_external(parsed)
-    return web.json_response({"brokerAddrs": {str(k): v for k, v in parsed.items()}})
+    addrs = body.get("brokerAddrs", {})
+    peer_addrs = body.get("peerAddrs", {})
+    if "brokerAddrs" not in body and "peerAddrs" not in body:
+        raise BrokerError("bad_request", _EXTERNAL_FIELDS)
+    parsed = _external_map(addrs, _broker_id_key)
+    peers = _external_map(peer_addrs, _peer_id_key)
+    if parsed is None or peers is None:
+        raise BrokerError("bad_request", _EXTERNAL_FIELDS)
+    if peers and broker.dledger_store is None:
+        raise BrokerError("bad_request", "peerAddrs: this broker is not a DLedger peer")
+    broker.routes.set_external(parsed, peers)
+    return web.json_response(
+        {"brokerAddrs": {str(k): v for k, v in parsed.items()}, "peerAddrs": peers}
+    )
+
+
+def _broker_id_key(key: str) -> int:
+    if not _BROKER_ID.fullmatch(key) or int(key) > MAX_BROKER_ID:
+        raise ConfigError(key)
+    return int(key)
+
+
+def _peer_id_key(key: str) -> str:
+    broker_id_of(key)  # RocketMQ numbers a follower from its id: n0, n1, ...
+    return key
+
+
+def _external_map(value: Any, key_of: Callable[[str], _K]) -> dict[_K, str] | None:
+    """``{key: "host:port"}`` checked, or None when anything in it is malformed."""
+    if not isinstance(value, dict):
+        return None
+    out: dict[_K, str] = {}
+    for key, address in value.items():
+        try:
+            if not isinstance(address, str) or not isinstance(key, str):
+                return None
+            parse_host_port(address)
+            out[key_of(key)] = address
+        except ConfigError:
+            return None
+    return out
 
 
 _BROKER_ID = re.compile(r"0|[1-9][0-9]{0,18}")

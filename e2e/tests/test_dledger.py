@@ -9,7 +9,9 @@ under load from a client pod: four producers, one message at a time, no retries.
   the deleted pod comes back as a caught-up follower;
 * the restart annotation rolls followers first and transfers leadership off the leader;
 * spec.replicas 3 → 5 → 3 under load: the membership changes one peer at a time and nothing
-  acknowledged is lost.
+  acknowledged is lost;
+* spec.externalAccess NodePort: the real Java client outside the pod network, given one
+  follower's node address, is routed to the leader by node IPs and node ports.
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ def group(cluster: Cluster, broker_image: str, operator_image: str) -> Iterator[
     c.kubectl("create", "namespace", ns)
     obj = example(EXAMPLE, broker_image)
     obj["spec"]["storage"]["size"] = "64Mi"
+    obj["spec"]["externalAccess"] = {"type": "NodePort"}  # test_external_access_by_node_port
     name = obj["metadata"]["name"]
     try:
         c.install_operator("bgdledger", ns, operator_image, "--set", "watch.mode=namespaced")
@@ -129,6 +132,54 @@ def test_the_quorum_has_a_leader_the_client_service_follows(group: Group) -> Non
     header, row = table.splitlines()[:2]
     assert "LEADER" in header and "TERM" in header and d["leader"] in row, table
     assert events(g, "LeaderElected"), "no LeaderElected Event"
+
+
+def test_external_access_by_node_port(group: Group) -> None:
+    """Every peer has a NodePort Service; the operator tells the peers each one's node address
+    by dLegerSelfId, and a peer's external listener names the leader it knows as brokerId 0.
+    The real Java client in the control plane's namespace (it reaches nodes, not pods) uses a
+    follower's node address as namesrvAddr and sends and reads back through the routes."""
+    import tempfile
+    from pathlib import Path
+
+    from e2e.javaclient import V4, round_trip
+    from tests.interop.rocketmq_java import NetNS, loads_fastjson, run_mqadmin
+
+    outside = os.environ.get("E2E_POD_NETWORK_NETNS", "")
+    if not Path(outside).exists():
+        pytest.skip("not the local cluster (E2E_POD_NETWORK_NETNS unset): no outside namespace")
+    g = group
+
+    def external() -> dict[str, str]:
+        st = g.status()
+        if not g.serving() or not st["master"].get("externalAddress"):
+            return {}
+        want = {"0": st["master"]["externalAddress"]}
+        for slave in st.get("slaves") or []:
+            if not slave.get("externalAddress"):
+                return {}
+            want[str(slave["brokerId"])] = slave["externalAddress"]
+        return want
+
+    want = eventually(lambda: len(e := external()) == PEERS and e, 240, "external addresses")
+    peers = {p["id"]: p["externalAddress"] for p in g.dledger["peers"]}
+    print("external addresses:", want, "by peer:", peers)
+    assert sorted(peers.values()) == sorted(want.values()), (peers, want)
+    assert all(a.startswith("10.201.0.") for a in want.values()), want  # node IPs, not pod IPs
+    follower = next(a for k, a in want.items() if k != "0")
+    with tempfile.TemporaryDirectory(prefix="bg-outside-") as scratch:
+        ns = NetNS(Path(scratch), name=Path(outside).name)  # the cluster's: not opened
+        run_mqadmin(ns, V4, "updateTopic", "-n", want["0"], "-c", "DefaultCluster",
+                    "-t", "outside-quorum", "-r", "4", "-w", "4")  # fmt: skip
+        for via in want.values():  # every peer's external listener, followers included
+            route = loads_fastjson(
+                run_mqadmin(ns, V4, "topicRoute", "-n", via, "-t", "outside-quorum")
+            )
+            assert route["brokerDatas"][0]["brokerAddrs"] == want, (via, route)
+        java = round_trip(ns, follower, "outside-quorum", "outside-quorum-readers", 200)
+        print("Java client from outside, via a follower:", java)
+        assert java["sent"]["sendOk"] == 200, java
+        assert java["unique"] == 200 and java["duplicates"] == 0, java
 
 
 def test_delete_the_leader_pod_under_load(group: Group) -> None:

@@ -85,6 +85,12 @@ class BrokerAPI:
         body = {"brokerAddrs": {str(k): v for k, v in sorted(addrs.items())}}
         await self._call("PUT", address, "/v1/admin/external-addresses", body)
 
+    async def set_external_peer_addresses(self, address: str, addrs: dict[str, str]) -> None:
+        """A DLedger peer's map, by dLegerSelfId (brokerIds follow the leader: the peer maps
+        them when it answers a route)."""
+        body = {"peerAddrs": dict(sorted(addrs.items()))}
+        await self._call("PUT", address, "/v1/admin/external-addresses", body)
+
     async def patch_config(self, address: str, body: JSON) -> None:
         await self._call("PATCH", address, "/v1/admin/config", body)
 

@@ -5,7 +5,8 @@ listener. The address a client outside is told is the pod's node IP and the node
 Service's ``Local`` traffic policy answers there), or the load balancer's address and the
 port. The operator computes the brokerId -> address map from the Services and pods it watches
 and hands it to every broker (PUT /v1/admin/external-addresses), whose external listener
-answers routes with it.
+answers routes with it.  A DLEDGER group's brokerIds follow the leader, so its map goes by
+peer (dLegerSelfId -> address) and each peer numbers it when it answers a route.
 
 Pure: Services and pods in, addresses and stale Services out.
 """
@@ -16,7 +17,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .manifests import EXTERNAL_PORT_NAME, external_service_name, group_pods
+from .manifests import (
+    EXTERNAL_PORT_NAME,
+    external_service_name,
+    group_pods,
+    peer_id,
+    peer_pod,
+)
 from .spec import GroupSpec
 from .status import PodInfo
 
@@ -75,8 +82,34 @@ def external_addresses(
     return dict(sorted(out.items()))
 
 
-def stale_doors(spec: GroupSpec, doors: Sequence[ExternalDoor]) -> list[str]:
+def external_peer_addresses(
+    spec: GroupSpec, pods: Sequence[PodInfo | None], doors: Sequence[ExternalDoor]
+) -> dict[str, str]:
+    """dLegerSelfId -> external address of every DLEDGER peer that has one; ``pods[i]`` is
+    the pod of ordinal i (None while it has none)."""
+    if not spec.external_access:
+        return {}
+    by_name = {d.name: d for d in doors}
+    out: dict[str, str] = {}
+    for ordinal, pod in enumerate(pods):
+        if pod is None or pod.deleting:
+            continue
+        address = external_address(spec, pod, by_name.get(external_service_name(pod.name)))
+        if address is not None:
+            out[peer_id(ordinal)] = address
+    return out
+
+
+def stale_doors(
+    spec: GroupSpec, doors: Sequence[ExternalDoor], peers: int | None = None
+) -> list[str]:
     """External Services of brokers the group no longer has (scaled down), or all of them
-    once external access is turned off."""
-    wanted = {external_service_name(p) for p in group_pods(spec)} if spec.external_access else set()
+    once external access is turned off.  ``peers``: a DLEDGER group's replicas in force (a
+    peer that a membership change has not removed yet keeps its Service)."""
+    wanted: set[str] = set()
+    if spec.external_access:
+        pods = group_pods(spec)
+        if spec.dledger and peers is not None:
+            pods = [peer_pod(spec.name, i) for i in range(max(spec.replicas, peers))]
+        wanted = {external_service_name(p) for p in pods}
     return sorted(d.name for d in doors if d.name not in wanted)

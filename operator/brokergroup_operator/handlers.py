@@ -669,7 +669,8 @@ async def poll_group(
         await _apply_children(runtime, group, body, broker_statefulsets)
     await _expand_volumes(runtime, group, list(kwargs["broker_claims"].get(key, [])), logger)
     doors = list(kwargs["external_services"].get(key, []))
-    for stale in stale_doors(group, doors):
+    peers = dledger_size(group, stses.get(peers_name(name)), state)[1] if group.dledger else None
+    for stale in stale_doors(group, doors, peers):
         logger.info("deleting %s: the group no longer has that broker or external access", stale)
         await runtime.kube.delete_service(namespace, stale)
 

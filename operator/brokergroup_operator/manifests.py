@@ -847,6 +847,9 @@ def children(
             )
         )
         peers.append(pod_disruption_budget(spec, owner))
+        if spec.external_access:
+            count = max(spec.replicas, dledger_size[1] if dledger_size else 0)
+            peers += [external_service(spec, owner, peer_pod(spec.name, i)) for i in range(count)]
         return peers
     items = [
         *secrets,

@@ -367,10 +367,6 @@ def _validate_dledger(spec: GroupSpec) -> None:
             "spec.failover.enabled",
             "must be false with DLEDGER: the peers elect their leader themselves",
         )
-    if spec.external_access:
-        raise SpecError(
-            "spec.externalAccess", "is not supported with DLEDGER yet (brokerIds follow the leader)"
-        )
     which = spec.read_policy.which_broker_when_consume_slowly
     if not spec.read_policy.auto:
         raise SpecError(

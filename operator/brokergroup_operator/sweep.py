@@ -16,7 +16,7 @@ from typing import Any
 from .brokerapi import BrokerAPI, BrokerAPIError
 from .dledger import compute_dledger_status
 from .election import assignment_from_status
-from .external import ExternalDoor, external_addresses
+from .external import ExternalDoor, external_addresses, external_peer_addresses
 from .manifests import (
     dledger_peers,
     master_name,
@@ -262,6 +262,7 @@ async def sweep(
             now=now,
             apply_size=apply_dledger_size,
             peers_text=dledger_peers_text,
+            external_doors=external_doors,
         )
     if group.failover_enabled:
         # brokerIds are the controller's assignment, not the pods' names
@@ -380,6 +381,46 @@ async def _tell_external_addresses(
             logger.warning("external addresses on %s failed: %s", report.pod.name, exc)
 
 
+async def _tell_external_peer_addresses(
+    brokers: BrokerAPI,
+    resolve: Resolver,
+    group: GroupSpec,
+    reports: Iterable[BrokerReport],
+    external: Mapping[str, str],
+    logger: Logger,
+) -> None:
+    """:func:`_tell_external_addresses` for a DLEDGER group: the map by dLegerSelfId."""
+    if not group.external_access:
+        return
+    for report in reports:
+        if report.pod is None or report.status is None:
+            continue
+        if (report.status.get("externalPeerAddrs") or {}) == external:
+            continue
+        address = resolve(group, report.pod)
+        if address is None:
+            continue
+        try:
+            await brokers.set_external_peer_addresses(address, dict(external))
+            logger.info("external addresses on %s: %s", report.pod.name, external or "none yet")
+        except BrokerAPIError as exc:
+            logger.warning("external addresses on %s failed: %s", report.pod.name, exc)
+
+
+def _show_external_peers(status: dict[str, Any], external: Mapping[str, str]) -> None:
+    """Each peer's external address in .status.dledger.peers, the leader's in .status.master
+    and the followers' in .status.slaves (the same pods)."""
+    by_pod: dict[str, str] = {}
+    for peer in (status.get("dledger") or {}).get("peers") or []:
+        if peer.get("id") in external:
+            peer["externalAddress"] = by_pod[peer["pod"]] = external[peer["id"]]
+    if status.get("master", {}).get("pod") in by_pod:
+        status["master"]["externalAddress"] = by_pod[status["master"]["pod"]]
+    for entry in status.get("slaves") or []:
+        if entry.get("pod") in by_pod:
+            entry["externalAddress"] = by_pod[entry["pod"]]
+
+
 def _show_external(status: dict[str, Any], external: Mapping[int, str]) -> None:
     if 0 in external:
         status["master"]["externalAddress"] = external[0]
@@ -404,6 +445,7 @@ async def _sweep_dledger(
     now: str,
     apply_size: Callable[[tuple[int, int]], Awaitable[None]] | None = None,
     peers_text: Callable[[int], str] | None = None,
+    external_doors: Sequence[ExternalDoor] = (),
 ) -> SweepResult:
     """A DLEDGER group's sweep: poll every peer, apply the read policy, take one rolling step
     (a follower's restart, or a leadership transfer away from an outdated leader) or one
@@ -493,6 +535,9 @@ async def _sweep_dledger(
         events=events,
     )
 
+    external = external_peer_addresses(group, [by_name.get(n) for n in names], external_doors)
+    await _tell_external_peer_addresses(brokers, resolve, group, reports, external, logger)
+
     final, transitions = compute_dledger_status(
         group,
         observed,
@@ -503,6 +548,8 @@ async def _sweep_dledger(
         extra_conditions=extra,
     )
     final["readPolicy"] = policy_status(group.read_policy, which, applied)
+    if external:
+        _show_external_peers(final, external)
     final["dledger"]["members"] = change.members
     if change.changing:
         final["dledger"]["membership"] = change.message

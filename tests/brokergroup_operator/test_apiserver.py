@@ -186,10 +186,6 @@ BAD_SPECS = [
         "spec.failover.enabled must be false when spec.replicationMode is DLEDGER",
     ),
     (
-        {"replicationMode": "DLEDGER", "externalAccess": {"type": "NodePort"}},
-        "spec.externalAccess is not supported with DLEDGER",
-    ),
-    (
         {"replicationMode": "DLEDGER", "readPolicy": {"whichBrokerWhenConsumeSlowly": 0}},
         "must be auto when spec.replicationMode is DLEDGER",
     ),
@@ -665,6 +661,25 @@ def test_external_access_services(api: kubeapi.ApiServer, operator: Any) -> None
     eventually(lambda: not doors(), what="every external Service deleted")
     result = apply(api, group("outside", slaves=1, externalAccess={"type": "Ingress"}), check=False)
     assert result.returncode != 0 and "spec.externalAccess.type" in result.stderr
+
+
+def test_dledger_external_access_services(api: kubeapi.ApiServer, operator: Any) -> None:
+    """A DLEDGER group's peers get one external Service each (the apiserver accepts the spec:
+    brokerIds follow the leader, and the peers map them); off again, they go."""
+
+    def doors() -> list[str]:
+        items = get(api, "services", "-l", "app.kubernetes.io/component=external,"
+                    "brokergroup.io/group=quorum-out")["items"]  # fmt: skip
+        return sorted(i["metadata"]["name"] for i in items)
+
+    spec = {"replicationMode": "DLEDGER", "replicas": 3}
+    apply(api, group("quorum-out", **spec, externalAccess={"type": "NodePort"}))
+    want = [f"quorum-out-peers-{i}-external" for i in range(3)]
+    eventually(lambda: doors() == want, what="an external Service per peer")
+    conf = get(api, "configmap/quorum-out-config")["data"]["broker.conf"]
+    assert "externalListenPort=10915" in conf.splitlines()
+    apply(api, group("quorum-out", **spec))
+    eventually(lambda: not doors(), what="every external Service deleted")
 
 
 def test_what_the_schema_cannot_catch_becomes_a_condition(

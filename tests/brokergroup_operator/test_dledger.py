@@ -55,7 +55,6 @@ BAD = [
     ({"replicas": 4}, "spec.replicas", "3 or 5"),
     ({"replicas": 7}, "spec.replicas", "3 or 5"),
     ({"failover": {"enabled": True}}, "spec.failover.enabled", "elect their leader"),
-    ({"externalAccess": {"type": "NodePort"}}, "spec.externalAccess", "not supported"),
     (
         {"readPolicy": {"whichBrokerWhenConsumeSlowly": 1}},
         "spec.readPolicy.whichBrokerWhenConsumeSlowly",

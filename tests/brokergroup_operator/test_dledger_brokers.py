@@ -66,6 +66,9 @@ class Harness:
         self.deleted: list[str] = []
         self.replicas = 3
         self.sizes: list[tuple[int, int]] = []
+        self.spec: GroupSpec | None = None  # spec(replicas) unless set
+        self.doors: list[Any] = []  # external Services
+        self.host_ips: dict[str, str] = {}  # pod -> its node's IP
 
     @property
     def addresses(self) -> dict[str, str]:
@@ -92,7 +95,14 @@ class Harness:
     def pods(self, revisions: dict[str, str] | None = None) -> list[PodInfo]:
         revisions = revisions or {}
         return [
-            PodInfo(name, i + 1, ip="127.0.0.1", ready=True, revision=revisions.get(name, "r2"))
+            PodInfo(
+                name,
+                i + 1,
+                ip="127.0.0.1",
+                host_ip=self.host_ips.get(name),
+                ready=True,
+                revision=revisions.get(name, "r2"),
+            )
             for i, name in enumerate(self.addresses)
         ]
 
@@ -114,7 +124,7 @@ class Harness:
         result = await sweep(
             brokers=self.brokers,
             settings=Settings(),
-            group=spec(replicas),
+            group=self.spec or spec(replicas),
             pods=self.pods(revisions),
             statefulsets={"bg-peers": sts},
             previous=self.status,
@@ -125,6 +135,7 @@ class Harness:
             resolve=self.resolve,
             apply_dledger_size=self.apply_size,
             dledger_peers_text=self.local.members_text,
+            external_doors=self.doors,
         )
         self.status = result.status
         return result
@@ -188,6 +199,40 @@ async def test_status_follows_the_real_leader_and_a_roll_transfers_leadership(
         assert h.status["dledger"]["term"] > term
         # the old leader is now a caught-up follower: the next step restarts it
         await until(lambda: _ran_and_deleted(h, {old: "r1"}, old), 30, "the old leader restarted")
+
+
+async def test_external_addresses_go_to_every_peer_by_self_id(quorum: LocalDLedgerGroup) -> None:
+    """spec.externalAccess on a DLEDGER group: the sweep tells every real peer each peer's
+    node IP and node port by dLegerSelfId, once, and shows them in status; the peers then
+    name the leader they know as brokerId 0 (tests/interop: the Java client through them)."""
+    from brokergroup_operator.external import ExternalDoor
+
+    async with aiohttp.ClientSession() as session:
+        h = Harness(quorum, session)
+        h.spec = parse_spec(
+            "bg", "ns", {"image": "x", "replicationMode": "DLEDGER", "replicas": 3,
+                         "externalAccess": {"type": "NodePort"}},
+        )  # fmt: skip
+        h.doors = [ExternalDoor(f"bg-peers-{i}-external", "NodePort", 31000 + i) for i in range(3)]
+        h.host_ips = {f"bg-peers-{i}": f"10.0.0.{11 + i}" for i in range(3)}
+        want = {f"n{i}": f"10.0.0.{11 + i}:{31000 + i}" for i in range(3)}
+        old = leader_pod(quorum)
+        await h.run()
+        for peer in quorum.peers:
+            assert peer.status()["externalPeerAddrs"] == want
+        d = h.status["dledger"]
+        assert {p["id"]: p["externalAddress"] for p in d["peers"]} == want
+        assert h.status["master"]["externalAddress"] == want[f"n{old.rsplit('-', 1)[1]}"]
+        assert sorted(s["externalAddress"] for s in h.status["slaves"]) == sorted(
+            v for k, v in want.items() if k != f"n{old.rsplit('-', 1)[1]}"
+        )
+        code, body = quorum.leader().request("GET", "/v1/admin/external-addresses")
+        assert code == 200 and body == {"brokerAddrs": {}, "peerAddrs": want}, body
+        # a peer moved to another node: the next sweep tells them all
+        h.host_ips["bg-peers-1"] = "10.0.0.99"
+        await h.run()
+        for peer in quorum.peers:
+            assert peer.status()["externalPeerAddrs"]["n1"] == "10.0.0.99:31001"
 
 
 async def _ran_and_deleted(h: Harness, revisions: dict[str, str], pod: str) -> bool:

@@ -8,6 +8,7 @@ from brokergroup_operator.external import (
     ExternalDoor,
     external_addresses,
     external_door,
+    external_peer_addresses,
     stale_doors,
 )
 from brokergroup_operator.spec import SpecError, parse_spec
@@ -95,3 +96,52 @@ def test_stale_services_are_the_removed_brokers_or_all_when_turned_off() -> None
     doors.append(ExternalDoor("bg-master-0-external", "NodePort"))
     assert stale_doors(spec(), doors) == ["bg-slave-2-external", "bg-slave-3-external"]
     assert len(stale_doors(spec(None), doors)) == 5
+
+
+def dledger_spec(kind: str | None = "NodePort", replicas: int = 3):
+    body: dict[str, object] = {"image": "i", "replicationMode": "DLEDGER", "replicas": replicas}
+    if kind:
+        body["externalAccess"] = {"type": kind}
+    return parse_spec("bg", "ns", body)
+
+
+def test_each_dledger_peer_gets_its_own_service() -> None:
+    items = {(i["kind"], i["metadata"]["name"]): i for i in m.children(dledger_spec(), OWNER)}
+    names = sorted(n for (k, n) in items if k == "Service" and n.endswith("-external"))
+    assert names == ["bg-peers-0-external", "bg-peers-1-external", "bg-peers-2-external"]
+    assert items[("Service", "bg-peers-2-external")]["spec"]["selector"] == {
+        "brokergroup.io/group": "bg",
+        "statefulset.kubernetes.io/pod-name": "bg-peers-2",
+    }
+    conf = items[("ConfigMap", "bg-config")]["data"]["broker.conf"]
+    assert "externalListenPort=10915" in conf.splitlines()
+    container = items[("StatefulSet", "bg-peers")]["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "external", "containerPort": 10915, "protocol": "TCP"} in container["ports"]
+    # while a membership change still has 5 pods of a group going to 3, all 5 keep theirs
+    shrinking = m.children(dledger_spec(), OWNER, dledger_size=(3, 5))
+    assert sum(i["metadata"]["name"].endswith("-external") for i in shrinking) == 5
+    assert not [
+        i for i in m.children(dledger_spec(None), OWNER) if "-external" in i["metadata"]["name"]
+    ]
+
+
+def test_dledger_addresses_go_by_peer_id_and_stale_doors_wait_for_the_membership() -> None:
+    doors = [ExternalDoor(f"bg-peers-{i}-external", "NodePort", 31000 + i) for i in range(5)]
+    pods = [
+        PodInfo(name="bg-peers-0", broker_id=1, ip="10.244.1.5", host_ip="10.201.0.11"),
+        None,  # no pod yet
+        PodInfo(name="bg-peers-2", broker_id=0, ip="10.244.1.6", host_ip="10.201.0.13"),
+    ]
+    # by dLegerSelfId, whatever brokerId each pod has now (brokerIds follow the leader)
+    assert external_peer_addresses(dledger_spec(), pods, doors) == {
+        "n0": "10.201.0.11:31000",
+        "n2": "10.201.0.13:31002",
+    }
+    assert external_peer_addresses(dledger_spec(None), pods, doors) == {}
+    # 5 peers going to 3: peers 3 and 4 keep their Services until the membership says 3
+    assert stale_doors(dledger_spec(), doors, peers=5) == []
+    assert stale_doors(dledger_spec(), doors, peers=3) == [
+        "bg-peers-3-external",
+        "bg-peers-4-external",
+    ]
+    assert stale_doors(dledger_spec(None), doors, peers=3) == [d.name for d in doors]

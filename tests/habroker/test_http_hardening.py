@@ -243,6 +243,8 @@ def test_consumer_offsets_out_of_range_are_refused_over_http(broker, offset, que
         ("PUT", "/v1/admin/role", {"role": "SYNC_MASTER", "epoch": 2**64, "brokerId": 0}, "epoch"),
         ("PUT", "/v1/admin/role", {"role": "SYNC_MASTER", "epoch": 2, "brokerId": 2**63}, "broker"),
         ("PUT", "/v1/admin/external-addresses", {"brokerAddrs": {str(2**63): "h:1"}}, "brokerId"),
+        # a classic broker is told by brokerId; by DLedger peer only in a DLedger group
+        ("PUT", "/v1/admin/external-addresses", {"peerAddrs": {"n0": "h:1"}}, "peerAddrs"),
     ],
 )
 def test_numbers_beyond_javas_types_are_refused_and_never_persisted(
@@ -255,7 +257,10 @@ def test_numbers_beyond_javas_types_are_refused_and_never_persisted(
     assert named in answer["message"], answer
     role = broker.request("GET", "/v1/admin/role")[1]
     assert (role["role"], role["epoch"], role["fenced"]) == ("ASYNC_MASTER", 1, False)
-    assert broker.request("GET", "/v1/admin/external-addresses")[1] == {"brokerAddrs": {}}
+    assert broker.request("GET", "/v1/admin/external-addresses")[1] == {
+        "brokerAddrs": {},
+        "peerAddrs": {},
+    }
     assert broker.stop() == 0
     store = broker.root / "store"
     groups = store / "config" / "subscriptionGroup.json"

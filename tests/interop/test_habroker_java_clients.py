@@ -610,3 +610,75 @@ def test_external_listener_answers_routes_with_external_addresses(netns: NetNS) 
     got = Counter(m["id"] for m in events_of(events, "message"))
     assert got == Counter(dict.fromkeys(sent, 1))
     print(f"external listener: 20 sent and read back through {external['0']}")
+
+
+def test_dledger_external_routes_follow_the_leader(netns: NetNS) -> None:
+    """A DLedger group's external listeners (spec.externalAccess on a DLEDGER group): the
+    operator tells each peer every peer's external address by dLegerSelfId, since brokerIds
+    follow the leader; each peer names the leader it knows as brokerId 0 and every follower by
+    its id. The real Java producer and consumer, knowing only one external address, send and
+    read back; after the leader is killed a survivor's external listener names the new leader
+    as 0 and the same client code sends through it, with every message read back once."""
+    group = netns.local_dledger_group(netns.root / "dl-ext", peers=3)
+    external: dict[str, str] = {}
+    for i, peer in enumerate(group.peers):
+        port = netns.call(free_port)
+        peer.config["externalListenPort"] = port
+        external[f"n{i}"] = f"127.0.0.1:{port}"
+    group.start()
+    for peer in group.peers:
+        code, body = peer.request("PUT", "/v1/admin/external-addresses", {"peerAddrs": external})
+        assert code == 200 and body["peerAddrs"] == external, body
+        assert peer.status()["externalPeerAddrs"] == external
+    code, body = group.peers[0].request(
+        "PUT", "/v1/admin/external-addresses", {"peerAddrs": {"x": "127.0.0.1:1"}}
+    )
+    assert code == 400, body  # a selfId RocketMQ cannot number; the map in force is unchanged
+    assert group.peers[0].status()["externalPeerAddrs"] == external
+
+    def expected(leader: LocalBroker, alive: list[LocalBroker]) -> dict[str, str]:
+        out = {}
+        for i, peer in enumerate(group.peers):
+            if peer in alive:
+                out["0" if peer is leader else str(i + 1)] = external[f"n{i}"]
+        return out
+
+    def named(via: str, topic: str, want: dict[str, str]) -> bool:
+        out = run_mqadmin(netns, V4, "topicRoute", "-n", via, "-t", topic)
+        return bool(loads_fastjson(out)["brokerDatas"][0]["brokerAddrs"] == want)
+
+    def routes_settle(leader: LocalBroker, alive: list[LocalBroker], topic: str) -> None:
+        want = expected(leader, alive)
+        for peer in alive:  # every survivor's external listener
+            via = external[f"n{group.peers.index(peer)}"]
+
+            deadline = time.monotonic() + 60
+            while not named(via, topic, want):
+                assert time.monotonic() < deadline, f"{via} never named {want}"
+                time.sleep(1)
+        print(f"external routes name {want}")
+
+    leader = group.leader()
+    create_topic(netns, "T-dl-ext", 2, namesrv=leader.address)
+    routes_settle(leader, list(group.peers), "T-dl-ext")
+    follower_door = external[f"n{next(i for i, p in enumerate(group.peers) if p is not leader)}"]
+    first = sent_ids(
+        produce(netns, "T-dl-ext", "--count", "20", "--id-prefix", "a-", namesrv=follower_door)
+    )
+    assert len(first) == 20
+
+    leader.kill()  # SIGKILL: the survivors elect, and their external routes follow
+    alive = [p for p in group.peers if p is not leader]
+    new_leader = group.leader(timeout=60, exclude=[leader])
+    routes_settle(new_leader, alive, "T-dl-ext")
+    survivor_door = external[f"n{group.peers.index(alive[0])}"]
+    second = sent_ids(
+        produce(netns, "T-dl-ext", "--count", "20", "--id-prefix", "b-", namesrv=survivor_door)
+    )
+    assert len(second) == 20
+    events = run_driver(netns, V4, "lite-pull", "--namesrv", survivor_door, "--topic", "T-dl-ext",
+                        "--group", "g-dl-ext", "--expect", "40", "--timeout-s", "60")  # fmt: skip
+    got = Counter(m["id"] for m in events_of(events, "message"))
+    assert got == Counter(dict.fromkeys([*first, *second], 1))
+    print(f"DLedger external listeners: 40 sent and read back once across a leader kill "
+          f"({leader.root.name} -> {new_leader.root.name})")  # fmt: skip
