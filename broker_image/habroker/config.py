@@ -167,6 +167,9 @@ class BrokerConfig:
     # habroker: APPENDs to habroker peers carry the data files' bytes (PUSH_RAW, 59104), not
     # DLedger's JSON and base64; a Java peer refuses the code and is sent JSON from then on
     dLegerRawPush: bool = True
+    # habroker: on SIGTERM a DLedger leader hands leadership to its least-behind live follower
+    # (LEADERSHIP_TRANSFER) within this long before it stops; 0 = stop without handing off
+    dLegerShutdownTransferTimeoutMs: int = 3000
     # consumers
     longPollingEnable: bool = True
     # reads from slaves
@@ -412,6 +415,11 @@ class BrokerConfig:
         ):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"{key}={getattr(self, key)}: must be positive")
+        if self.dLegerShutdownTransferTimeoutMs < 0:
+            raise ConfigError(
+                f"dLegerShutdownTransferTimeoutMs={self.dLegerShutdownTransferTimeoutMs}: "
+                "0 (stop without handing off leadership) or more"
+            )
         if self.dLegerMaxVoteIntervalMs <= self.dLegerMinVoteIntervalMs:
             raise ConfigError(
                 f"dLegerMaxVoteIntervalMs={self.dLegerMaxVoteIntervalMs}: must be greater than "

@@ -42,6 +42,7 @@ class BrokerStartup:
         self.broker.registration.start()
 
     async def stop(self) -> None:
+        await self.broker.hand_off_leadership()  # a DLedger leader: writes move on at once
         await self.broker.registration.stop()  # UNREGISTER_BROKER: clients go elsewhere first
         if self.http is not None:
             await self.http.cleanup()

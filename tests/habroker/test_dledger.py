@@ -191,6 +191,46 @@ def test_writes_refused_on_followers_and_without_quorum(dledger_group):
                 p.resume()
 
 
+DEFAULT_TIMINGS = {  # DLedger's: a follower runs for leader after 3 missed 2 s heartbeats
+    "dLegerHeartBeatIntervalMs": 2000,
+    "dLegerMaxHeartBeatLeak": 3,
+    "dLegerMinVoteIntervalMs": 300,
+    "dLegerMaxVoteIntervalMs": 1000,
+}
+
+
+def test_a_stopping_leader_hands_off_leadership_first(dledger_group):
+    """SIGTERM on the leader (a pod deleted, evicted or rolled): before it stops it transfers
+    leadership to a caught-up follower, so with DLedger's default timings a new leader takes
+    writes well before the followers' 6 s heartbeat timeout would even start an election;
+    nothing acknowledged is lost and the old leader comes back as a follower."""
+    group = dledger_group(3, **DEFAULT_TIMINGS)
+    old = group.leader()
+    create_topic(group)
+    first = produce(old, "before", 64)
+    group.wait_converged()
+    old_term = group.dledger_status(old)["term"]
+    stopping_at = time.monotonic()
+    assert old.stop() == 0
+    new = group.leader(timeout=20, exclude=[old])
+    took = time.monotonic() - stopping_at
+    handed = [
+        line for line in old.tail_log(200).splitlines() if "handed DLedger leadership" in line
+    ]
+    print(f"leader stopped: a new leader took writes {took:.2f}s after the SIGTERM; {handed}")
+    assert handed, old.tail_log(40)
+    assert took < 4.0, f"{took:.2f}s: no faster than an election after the heartbeat timeout"
+    assert group.dledger_status(new)["term"] == old_term + 1  # the transferee's own election
+    second = produce(new, "after", 64)
+    old.start()
+    group.wait_converged()
+    assert group.dledger_status(old)["role"] == "FOLLOWER"
+    group.stop()
+    logs = [log_entries(p) for p in group.peers]
+    assert all(log == logs[0] for log in logs)
+    assert [b.decode() for *_, b in logs[0]] == first + second
+
+
 def test_killed_leader_is_replaced_and_catches_up_when_back(dledger_group):
     group = dledger_group(3)
     old = group.leader()

@@ -268,6 +268,24 @@ class DLedgerServer:
             return None
         return best
 
+    def shutdown_transferee(self) -> tuple[str, int] | None:
+        """On a leader about to stop: the live peer least behind (the first named wins ties),
+        with how far behind it is, if it is close enough to take over at once (fewer than
+        ``max_transfer_wait_index`` entries); else None."""
+        st = self.state
+        if not st.is_leader or st.transferee is not None:
+            return None
+        best: tuple[str, int] | None = None
+        for peer in st.peers:
+            if peer == st.self_id or not st.peers_live.get(peer):
+                continue
+            behind = self.store.ledger_end_index - self.pusher.water_marks.get(st.term, peer)
+            if best is None or behind < best[1]:
+                best = (peer, behind)
+        if best is None or best[1] >= self.settings.max_transfer_wait_index:
+            return None
+        return best
+
     async def _preferred_leader_loop(self) -> None:
         while True:
             await asyncio.sleep(self.settings.preferred_check_interval_ms / 1000)
