@@ -358,51 +358,32 @@ async def _tell_external_addresses(
     resolve: Resolver,
     group: GroupSpec,
     reports: Iterable[BrokerReport],
-    external: Mapping[int, str],
+    external: Mapping[int, str] | Mapping[str, str],
     logger: Logger,
+    *,
+    by_peer: bool = False,
 ) -> None:
     """Every reachable broker gets the group's external address map when its own differs
-    (all of them answer routes on their external listener)."""
+    (all of them answer routes on their external listener): by brokerId, or in a DLEDGER
+    group (``by_peer``) by dLegerSelfId."""
     if not group.external_access:
         return
     want = {str(k): v for k, v in external.items()}
+    shown = "externalPeerAddrs" if by_peer else "externalAddrs"
     for report in reports:
         if report.pod is None or report.status is None:
             continue
-        if (report.status.get("externalAddrs") or {}) == want:
+        if (report.status.get(shown) or {}) == want:
             continue
         address = resolve(group, report.pod)
         if address is None:
             continue
         try:
-            await brokers.set_external_addresses(address, dict(external))
+            if by_peer:
+                await brokers.set_external_peer_addresses(address, want)
+            else:
+                await brokers.set_external_addresses(address, {int(k): v for k, v in want.items()})
             logger.info("external addresses on %s: %s", report.pod.name, want or "none yet")
-        except BrokerAPIError as exc:
-            logger.warning("external addresses on %s failed: %s", report.pod.name, exc)
-
-
-async def _tell_external_peer_addresses(
-    brokers: BrokerAPI,
-    resolve: Resolver,
-    group: GroupSpec,
-    reports: Iterable[BrokerReport],
-    external: Mapping[str, str],
-    logger: Logger,
-) -> None:
-    """:func:`_tell_external_addresses` for a DLEDGER group: the map by dLegerSelfId."""
-    if not group.external_access:
-        return
-    for report in reports:
-        if report.pod is None or report.status is None:
-            continue
-        if (report.status.get("externalPeerAddrs") or {}) == external:
-            continue
-        address = resolve(group, report.pod)
-        if address is None:
-            continue
-        try:
-            await brokers.set_external_peer_addresses(address, dict(external))
-            logger.info("external addresses on %s: %s", report.pod.name, external or "none yet")
         except BrokerAPIError as exc:
             logger.warning("external addresses on %s failed: %s", report.pod.name, exc)
 
@@ -536,7 +517,7 @@ async def _sweep_dledger(
     )
 
     external = external_peer_addresses(group, [by_name.get(n) for n in names], external_doors)
-    await _tell_external_peer_addresses(brokers, resolve, group, reports, external, logger)
+    await _tell_external_addresses(brokers, resolve, group, reports, external, logger, by_peer=True)
 
     final, transitions = compute_dledger_status(
         group,

@@ -29,6 +29,7 @@ def _leader(
         term=4,
         peers_live=live,
         is_peer=lambda peer: peer in PEERS,
+        peers=dict.fromkeys(PEERS, "127.0.0.1:1"),
     )
     fake = SimpleNamespace(
         state=state,
@@ -39,6 +40,7 @@ def _leader(
         ),
         _preferred_warned=set(),
     )
+    fake._closest = lambda candidates: DLedgerServer._closest(cast(DLedgerServer, fake), candidates)
     return cast(DLedgerServer, fake)
 
 
@@ -76,3 +78,16 @@ def test_a_preferred_id_that_is_no_peer_is_skipped_and_warned_once(caplog) -> No
     assert choose(server) == ("n2", 0)
     assert choose(server) == ("n2", 0)
     assert sum("n7 is not a peer" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_stopping_leader_hands_off_to_the_least_behind_live_peer_of_all() -> None:
+    """Shutdown's choice (habroker: a leader stopped by SIGTERM hands off first): any peer,
+    preferred or not; the live one least behind, not one too far behind, none while a
+    transfer is under way or on a follower."""
+    shutdown = DLedgerServer.shutdown_transferee
+    assert shutdown(_leader((), {"n1": 98, "n2": 100}, LIVE)) == ("n2", 0)
+    assert shutdown(_leader((), {"n1": 100, "n2": 100}, LIVE)) == ("n1", 0)  # first named
+    assert shutdown(_leader((), {"n1": 98, "n2": 100}, {"n1": True, "n2": False})) == ("n1", 2)
+    assert shutdown(_leader((), {"n1": 50, "n2": 60}, LIVE)) is None  # too far behind
+    assert shutdown(_leader((), {"n1": 100}, LIVE, transferee="n1")) is None
+    assert shutdown(_leader((), {"n1": 100}, LIVE, leader=False)) is None

@@ -240,8 +240,7 @@ class DLedgerServer:
 
     def preferred_transferee(self) -> tuple[str, int] | None:
         """On a leader that is not itself preferred: the preferred peer to hand leadership to
-        (live, and the least behind of those fewer than ``max_transfer_wait_index`` entries
-        behind; the first named wins ties), with how far behind it is; else None.
+        (:meth:`_closest` of them), with how far behind it is; else None.
 
         DLedgerServer.checkPreferredLeader's rule, so a group of habroker and Java peers ends
         with the same leader whichever of them leads first.
@@ -250,35 +249,33 @@ class DLedgerServer:
         preferred = self.settings.preferred_leader_ids
         if not st.is_leader or not preferred or st.self_id in preferred:
             return None
+        candidates = []
+        for peer in preferred:
+            if st.is_peer(peer):
+                candidates.append(peer)
+            elif peer not in self._preferred_warned:
+                self._preferred_warned.add(peer)
+                log.warning("dledger %s: preferred leader %s is not a peer", st.self_id, peer)
+        return self._closest(candidates)
+
+    def shutdown_transferee(self) -> tuple[str, int] | None:
+        """On a leader about to stop: :meth:`_closest` of the other peers, or None."""
+        st = self.state
+        if not st.is_leader:
+            return None
+        return self._closest([peer for peer in st.peers if peer != st.self_id])
+
+    def _closest(self, candidates: list[str]) -> tuple[str, int] | None:
+        """The live candidate least behind the leader's log (the first named wins ties), with
+        how far behind it is, if fewer than ``max_transfer_wait_index`` entries (it can take
+        over at once); None then, or while a transfer is under way."""
+        st = self.state
         if st.transferee is not None:
             return None
         best: tuple[str, int] | None = None
-        for peer in preferred:
-            if not st.is_peer(peer):
-                if peer not in self._preferred_warned:
-                    self._preferred_warned.add(peer)
-                    log.warning("dledger %s: preferred leader %s is not a peer", st.self_id, peer)
-                continue
+        for peer in candidates:
             if not st.peers_live.get(peer):
                 continue  # not answering heartbeats
-            behind = self.store.ledger_end_index - self.pusher.water_marks.get(st.term, peer)
-            if best is None or behind < best[1]:
-                best = (peer, behind)
-        if best is None or best[1] >= self.settings.max_transfer_wait_index:
-            return None
-        return best
-
-    def shutdown_transferee(self) -> tuple[str, int] | None:
-        """On a leader about to stop: the live peer least behind (the first named wins ties),
-        with how far behind it is, if it is close enough to take over at once (fewer than
-        ``max_transfer_wait_index`` entries); else None."""
-        st = self.state
-        if not st.is_leader or st.transferee is not None:
-            return None
-        best: tuple[str, int] | None = None
-        for peer in st.peers:
-            if peer == st.self_id or not st.peers_live.get(peer):
-                continue
             behind = self.store.ledger_end_index - self.pusher.water_marks.get(st.term, peer)
             if best is None or behind < best[1]:
                 best = (peer, behind)
