@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from e2e.tests.kube import unavailable
 from e2e.tests.test_failover import Load, outage
 from e2e.userpath import Cluster, condition, eventually, example
 
@@ -148,7 +149,10 @@ def test_external_access_by_node_port(group: Group) -> None:
 
     outside = os.environ.get("E2E_POD_NETWORK_NETNS", "")
     if not Path(outside).exists():
-        pytest.skip("not the local cluster (E2E_POD_NETWORK_NETNS unset): no outside namespace")
+        unavailable(
+            "not the local cluster (E2E_POD_NETWORK_NETNS unset): no namespace outside the pod "
+            "network to run the Java client from"
+        )
     g = group
 
     def external() -> dict[str, str]:

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from e2e.tests.kube import unavailable
 from e2e.userpath import Cluster, eventually, in_sync
 
 pytestmark = pytest.mark.timeout(600)
@@ -207,7 +208,10 @@ def test_external_access_by_node_port(group: Group) -> None:
 
     outside = os.environ.get("E2E_POD_NETWORK_NETNS", "")
     if not Path(outside).exists():
-        pytest.skip("not the local cluster (E2E_POD_NETWORK_NETNS unset): no outside namespace")
+        unavailable(
+            "not the local cluster (E2E_POD_NETWORK_NETNS unset): no namespace outside the pod "
+            "network to run the Java client from"
+        )
     g = group
     name = "outside"
     obj = {
