@@ -166,7 +166,11 @@ def test_external_access_by_node_port(group: Group) -> None:
             want[str(slave["brokerId"])] = slave["externalAddress"]
         return want
 
-    want = eventually(lambda: len(e := external()) == PEERS and e, 240, "external addresses")
+    def all_external() -> dict[str, str] | None:
+        found = external()
+        return found if len(found) == PEERS else None
+
+    want = eventually(all_external, 240, "external addresses")
     peers = {p["id"]: p["externalAddress"] for p in g.dledger["peers"]}
     print("external addresses:", want, "by peer:", peers)
     assert sorted(peers.values()) == sorted(want.values()), (peers, want)
