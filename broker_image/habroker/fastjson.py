@@ -89,7 +89,12 @@ def _value(text: str, pos: int, depth: int) -> tuple[Any, int]:
     if number:
         frac, exp = number.groups()
         token = number.group()
-        return (float(token) if frac or exp else int(token)), number.end()
+        if not (frac or exp):
+            return int(token), number.end()
+        value = float(token)
+        if math.isinf(value):  # 8E999: no double holds it, and no JSON text could say it back
+            raise JSONDecodeError("Number out of range", text, pos)
+        return value, number.end()
     for word, literal in _LITERALS.items():
         if text.startswith(word, pos):
             return literal, pos + len(word)

@@ -219,3 +219,12 @@ def test_an_object_key_holding_an_object_or_array_is_a_decode_error(text):
 def test_object_keys_of_scalars_still_parse():
     value = fastjson.loads('{{"topic":"T","queueId":0,"ok":true,"x":null}:5}')
     assert value == {ObjectKey({"topic": "T", "queueId": 0, "ok": True, "x": None}): 5}
+
+
+@pytest.mark.parametrize("text", ["8E9999", "-1e400", '{"a": [1.5e99999]}'])
+def test_numbers_beyond_a_double_are_refused_not_turned_into_infinity(text: str) -> None:
+    """Found by the fuzz harness (8E999…7): such a number became inf, which no JSON can say
+    back; it is a decode error naming the position, like any other malformed body."""
+    with pytest.raises(ValueError, match="Number out of range"):
+        fastjson.loads(text)
+    assert fastjson.loads("1.5e300") == 1.5e300
