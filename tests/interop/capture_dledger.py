@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.interop.dledger_java import (
+from interop.dledger_java import (
     PEERS,
     JavaDLedgerBroker,
     start_dledger_group,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from tests.interop.dledger_java import start_dledger_group, wait_leader
+from interop.dledger_java import start_dledger_group, wait_leader
 from tests.interop.rocketmq_java import NetNS
 
 

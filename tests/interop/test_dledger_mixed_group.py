@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from habroker.local import LocalBroker
 
-from tests.interop.dledger_java import GROUP, JavaDLedgerBroker, peers_text, start_dledger_group
+from interop.dledger_java import GROUP, JavaDLedgerBroker, peers_text, start_dledger_group
 from tests.interop.dledger_recorder import Exchange, Frame, Recorder
 from tests.interop.rocketmq_java import (
     JavaNameServer,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.interop.dledger_java import start_dledger_group
+from interop.dledger_java import start_dledger_group
 from tests.interop.rocketmq_java import JavaNameServer, NetNS
 from tests.interop.test_dledger_mixed_group import (
     HABROKER_ID,

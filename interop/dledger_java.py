@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.interop.rocketmq_java import BrokerSpec, JavaBroker, NetNS
+from interop.rocketmq_java import BrokerSpec, JavaBroker, NetNS
 
 GROUP = "RaftNode00"
 #: The DLedger addresses of a three-peer group: id -> host:port.
@@ -161,13 +161,16 @@ def start_dledger_group(
     version: str = "4.9.7",
     extra: Mapping[str, Any] | None = None,
     wait: bool = True,
+    listen_base: int = BASE_LISTEN_PORT,
+    jvm_flags: Sequence[str] | None = None,
 ) -> dict[str, JavaDLedgerBroker]:
     """Java peers for ``ids`` (default: all of ``peers``), each under ``root/<id>``.
 
     Peers not in ``ids`` are left to the caller (a habroker process, or started later).  ``via``
     maps a peer id to the address the *other* peers use to reach it (a proxy in front of it);
     the peer itself still listens at its ``peers`` address.  The n-th peer of ``peers`` gets
-    remoting port ``10911 + 10 n``.  With ``wait`` every started broker has booted on return.
+    remoting port ``listen_base + 10 n`` (10911, 10921, ...).  With ``wait`` every started
+    broker has booted on return.  ``jvm_flags`` replaces the interop JVM flags (a benchmark's).
     """
     order = list(peers)
     chosen = order if ids is None else list(ids)
@@ -183,11 +186,13 @@ def start_dledger_group(
             self_id,
             view,
             dledger_group=dledger_group,
-            listen_port=BASE_LISTEN_PORT + 10 * order.index(self_id),
+            listen_port=listen_base + 10 * order.index(self_id),
             version=version,
             extra=extra,
         )
     for broker in brokers.values():
+        if jvm_flags is not None:
+            broker.jvm_flags = tuple(jvm_flags)
         broker.start(wait=False)
     if wait:
         for broker in brokers.values():
