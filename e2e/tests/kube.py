@@ -27,6 +27,19 @@ def unavailable(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
+def outside_pod_network() -> str:
+    """The local cluster's control-plane namespace (``E2E_POD_NETWORK_NETNS``): it reaches the
+    nodes but no pod address, as a client outside the cluster would; :func:`unavailable`
+    elsewhere."""
+    outside = os.environ.get("E2E_POD_NETWORK_NETNS", "")
+    if not os.path.exists(outside):
+        unavailable(
+            "not the local cluster (E2E_POD_NETWORK_NETNS unset): no namespace outside the pod "
+            "network to run the Java client from"
+        )
+    return outside
+
+
 class ClusterGone(AssertionError):
     """The apiserver's address is no longer on this machine: the cluster was stopped."""
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from e2e.tests.kube import unavailable
+from e2e.tests.kube import outside_pod_network
 from e2e.tests.test_failover import Load, outage
 from e2e.userpath import Cluster, condition, eventually, example
 
@@ -147,12 +147,7 @@ def test_external_access_by_node_port(group: Group) -> None:
     from e2e.javaclient import V4, round_trip
     from tests.interop.rocketmq_java import NetNS, loads_fastjson, run_mqadmin
 
-    outside = os.environ.get("E2E_POD_NETWORK_NETNS", "")
-    if not Path(outside).exists():
-        unavailable(
-            "not the local cluster (E2E_POD_NETWORK_NETNS unset): no namespace outside the pod "
-            "network to run the Java client from"
-        )
+    outside = outside_pod_network()
     g = group
 
     def external() -> dict[str, str]:
