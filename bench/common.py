@@ -87,6 +87,12 @@ def free_port() -> int:
 _PROCS: dict[int, subprocess.Popen[Any]] = {}
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process so far (/proc/<pid>/stat), all its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def register(proc: subprocess.Popen[Any]) -> subprocess.Popen[Any]:
     """Remember a started server so :func:`stop_all` stops it whatever happens."""
     _PROCS[proc.pid] = proc

@@ -279,14 +279,6 @@ def throughput(root: Path, settings: common.Settings, batch: int = 32) -> list[d
     return cells
 
 
-def _cpu_seconds(pid: int) -> float:
-    """utime + stime of a process so far (/proc/<pid>/stat)."""
-    import os
-
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def cpu_per_message(
     root: Path, settings: common.Settings, producers: int, batch: int = 32
 ) -> dict[str, dict[str, float]]:
@@ -298,12 +290,12 @@ def cpu_per_message(
     out: dict[str, dict[str, float]] = {}
 
     def measure(label: str, port: int, procs: dict[str, Any]) -> None:
-        before = {k: _cpu_seconds(p.pid) for k, p in procs.items()}
+        before = {k: common.cpu_seconds(p.pid) for k, p in procs.items()}
         t0 = os.times()
         res = loadgen.run(_job(port, batch, producers, settings))
         t1 = os.times()
         n = max(res["messages"], 1)
-        row = {k: (_cpu_seconds(p.pid) - before[k]) / n * 1e6 for k, p in procs.items()}
+        row = {k: (common.cpu_seconds(p.pid) - before[k]) / n * 1e6 for k, p in procs.items()}
         row["loadgen"] = (t1.children_user + t1.children_system - t0.children_user
                           - t0.children_system) / n * 1e6  # fmt: skip
         row["total"] = sum(row.values())
