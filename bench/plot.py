@@ -200,6 +200,41 @@ def cores(results: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+DLEDGER_COLORS = {
+    "habroker_dledger": "#1f77b4",
+    "habroker_sync": "#aec7e8",
+    "rocketmq_dledger": "#9467bd",
+    "rocketmq_sync": "#c5b0d5",
+}
+
+
+def rocketmq_dledger(results: dict[str, Any], path: Path) -> None:
+    """msgs/s and CPU us per message of the four groups of module ``rocketmq_dledger``."""
+    cells = (results.get("rocketmq_dledger") or {}).get("cells") or []
+    if not cells:
+        return
+    fig, (ax, ax_cpu) = plt.subplots(1, 2, figsize=(12, 4.8))
+    groups = sorted({c["producers"] for c in cells})
+    w = 0.8 / len(DLEDGER_COLORS)
+    for gi, producers in enumerate(groups):
+        for si, (system, color) in enumerate(DLEDGER_COLORS.items()):
+            for c in cells:
+                if (c["system"], c["producers"]) == (system, producers):
+                    label = system if gi == 0 else None
+                    _bar(ax, gi + si * w, c["msgs_per_s"], color, label, w)
+                    _bar(ax_cpu, gi + si * w, c["cpu_us_per_msg"]["all"], color, label, w)
+    for a in (ax, ax_cpu):
+        a.set_xticks([i + 0.4 - w / 2 for i in range(len(groups))])
+        a.set_xticklabels([f"batch 32, {p} producer(s)" for p in groups], fontsize=8)
+        a.legend(fontsize=8)
+    ax.set_ylabel("messages/s (1 KiB)")
+    ax_cpu.set_ylabel("CPU us per acknowledged message, all brokers")
+    fig.suptitle("Three-replica DLedger vs two-replica SYNC: habroker and RocketMQ 4.9.7")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def all_plots(results: dict[str, Any], out_dir: Path) -> list[Path]:
     made = []
     for name, fn in (
@@ -207,6 +242,7 @@ def all_plots(results: dict[str, Any], out_dir: Path) -> list[Path]:
         ("sync_async", sync_async),
         ("lag", lag),
         ("rocketmq", rocketmq),
+        ("rocketmq_dledger", rocketmq_dledger),
         ("cores", cores),
     ):
         path = out_dir / f"{name}.png"

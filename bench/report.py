@@ -120,6 +120,14 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
                 c.get("ratio_to_sync"),
                 0.8,
             )
+    for c in (results.get("rocketmq_dledger") or {}).get("cells", []):
+        if c["system"] == "habroker_dledger":
+            goal(
+                "issue 15: DLEDGER / classic SYNC produce on the client port (module "
+                f"rocketmq_dledger), batch 32, {c['producers']} producer(s)",
+                c.get("ratio_to_sync"),
+                0.8,
+            )
     read_limit = median_of(results.get("limits", {}).get("seq_read_32KiB"))
     rocketmq_goals(results.get("rocketmq") or {}, goal, read_limit)
     defaults = (dl.get("failover") or {}).get("defaults")
@@ -234,6 +242,21 @@ def _disk_note(modes: dict[str, Any]) -> str:
     return f" Disk in use (df's used / (used + available)): {', '.join(parts)}." if parts else ""
 
 
+def _warm_up_text(modes: dict[str, Any]) -> str:
+    """What each broker sent during its unmeasured warm-up, or that an older run had none."""
+    parts = [
+        f"{mode} " + ", ".join(f"{s} {w['msgs_per_s']:,} msgs/s" for s, w in m["warm_up"].items())
+        for mode, m in modes.items()
+        if m.get("warm_up")
+    ]
+    if not parts:
+        return "No warm-up in this run (the JVM's first cells ran cold). "
+    return (
+        "Before its first cell each broker got 20 s of unmeasured batch-32 load from four "
+        f"producers, so the JVM's hot paths are compiled ({'; '.join(parts)}). "
+    )
+
+
 def rocketmq_section(data: dict[str, Any]) -> list[str]:
     lines = [
         "",
@@ -260,7 +283,8 @@ def rocketmq_section(data: dict[str, Any]) -> list[str]:
         "two broker JVMs, a name server, habroker and Redis share 2 cores and 24 GiB with other "
         "work: 1 GiB is twice the 512 MiB the interop probe found plenty, so garbage collection "
         "has headroom at batch 256; C2 on, unlike the interop tests' C1-only JVMs). "
-        f"{data.get('reps')} repetitions of {data.get('duration_s')} s, the three systems "
+        + _warm_up_text(modes)
+        + f"{data.get('reps')} repetitions of {data.get('duration_s')} s, the three systems "
         "taking turns going first; figures are messages/s, median (min-max).",
         "",
         f"This part's run: {data.get('started', '?')}, {data.get('seconds', 0):.0f} s"
@@ -355,6 +379,63 @@ def rocketmq_section(data: dict[str, Any]) -> list[str]:
         if m.get("java_producer_error"):
             lines += ["", f"Java producer ({mode}) failed: {m['java_producer_error']}"]
     return [*lines, "", "Plot: `bench/results/rocketmq.png`."]
+
+
+def rocketmq_dledger_section(data: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        "## Three-replica DLedger against two-replica SYNC, habroker and RocketMQ 4.9.7 "
+        "(module `rocketmq_dledger`)",
+        "",
+    ]
+    cells = data.get("cells") or []
+    if not cells:
+        reason = data.get("skipped") or data.get("error") or "not run"
+        return [*lines, f"Not measured in this run: {reason}."]
+    lines += [
+        "Four groups side by side in one private network namespace: habroker's DLedger group "
+        "(three peers) and SYNC master + slave, RocketMQ 4.9.7's DLedger group (three brokers "
+        "with `enableDLegerCommitLog=true`, DLedger 0.3.1.2) and SYNC_MASTER + SLAVE. The same "
+        "remoting load generator sends batches of 32 1-KiB messages to the client port of "
+        "whoever takes writes, after 20 s of unmeasured load on each (the JVMs compile their hot "
+        f"paths); {data.get('reps')} repetitions of {data.get('duration_s')} s, "
+        "the four taking turns going first; median (min-max). **CPU us/msg** is the CPU time "
+        "of all the group's broker processes (every thread; the JVMs' GC included) per "
+        "acknowledged message. So RocketMQ's own DLEDGER / SYNC ratio on this machine stands "
+        "beside habroker's. RocketMQ's DLedger brokers run with "
+        + (
+            ", ".join(
+                f"`{k}={str(v).lower() if isinstance(v, bool) else v}`"
+                for k, v in (data.get("java_dledger") or {}).items()
+            )
+            or "defaults"
+        )
+        + "; cores each group used while idle (before the load): "
+        + (
+            ", ".join(f"{k} {v:.2f}" for k, v in (data.get("idle_cores_used") or {}).items())
+            or "not measured"
+        )
+        + ".",
+        "",
+        f"This part's run: {data.get('started', '?')}, {data.get('seconds', 0):.0f} s"
+        f"{', quick (smoke test, not a measurement)' if data.get('quick') else ''}; load average "
+        f"at start {data.get('machine', {}).get('loadavg_at_start', '?')}.",
+        "",
+        "| system | producers | msgs/s | CPU us/msg | DLEDGER / SYNC | habroker / RocketMQ |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for c in cells:
+        lines.append(
+            f"| {c['system']} | {c['producers']} | {_mmm(c['msgs_per_s'])} | "
+            f"{_mmm(c['cpu_us_per_msg'].get('all'), 1)} | {_x(c.get('ratio_to_sync'))} | "
+            f"{_x(c.get('ratio_to_rocketmq'))} |"
+        )
+    bad = {
+        f"{c['system']} x{c['producers']}": c["not_ok_codes"] for c in cells if c["not_ok_requests"]
+    }
+    if bad:
+        lines += ["", f"Requests not answered SUCCESS (response code: count): {bad}."]
+    return [*lines, "", "Plot: `bench/results/rocketmq_dledger.png`."]
 
 
 # -- markdown -----------------------------------------------------------------------------------
@@ -663,6 +744,7 @@ def markdown(results: dict[str, Any]) -> str:
     lines += failover_section()
     lines += dledger_section(results.get("dledger") or {})
     lines += rocketmq_section(results.get("rocketmq") or {})
+    lines += rocketmq_dledger_section(results.get("rocketmq_dledger") or {})
     lines += cores_section(results.get("cores") or {})
     notes = results.get("notes", [])
     if notes:

@@ -3,8 +3,9 @@
 Order: physical limits; then, with habroker (ASYNC and SYNC groups) and Redis running side by
 side, produce, SYNC vs ASYNC + latency, replication lag and pull; then slave catch-up (the
 servers are stopped first), DLedger, habroker beside a real Apache RocketMQ 4.9.7 group and
-Redis in a private network namespace (``rocketmq``), and last both masters pinned to 1, 2 and all
-CPUs (``cores``; ``--no-rocketmq`` leaves these two out). Each
+Redis in a private network namespace (``rocketmq``), three-replica DLedger groups against SYNC
+pairs, habroker's and RocketMQ's own (``rocketmq_dledger``), and last both masters pinned to 1, 2
+and all CPUs (``cores``; ``--no-rocketmq`` leaves these three out). Each
 module's JSON goes to ``bench/results/NAME.json``, plots beside it, and ``docs/benchmarks.md``
 is regenerated from the results (a module not run this time keeps its previous JSON). Every
 server started is stopped, also on failure or SIGTERM.
@@ -33,6 +34,7 @@ from bench import (
     pull,
     report,
     rocketmq,
+    rocketmq_dledger,
     sync_async,
     systems,
 )
@@ -46,8 +48,10 @@ MODULES = (
     "catchup",
     "dledger",
     "rocketmq",
+    "rocketmq_dledger",
     "cores",
 )
+JAVA_MODULES = ("rocketmq", "rocketmq_dledger", "cores")
 NEEDS_SERVERS = {"produce", "sync_async", "lag", "pull"}
 
 
@@ -62,7 +66,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--no-rocketmq",
         action="store_true",
-        help="leave out the real RocketMQ peer (modules rocketmq and cores: Java brokers, minutes)",
+        help="leave out the real RocketMQ peer (modules rocketmq, rocketmq_dledger and cores: Java "
+        "brokers, minutes)",
     )
     p.add_argument("--results-dir", type=Path, default=common.RESULTS_DIR)
     p.add_argument("--docs", type=Path, default=common.ROOT / "docs" / "benchmarks.md")
@@ -99,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     common.install_signal_handlers()
     wanted = [] if args.report_only else list(args.only or MODULES)
     if args.no_rocketmq:
-        wanted = [m for m in wanted if m not in ("rocketmq", "cores")]
+        wanted = [m for m in wanted if m not in JAVA_MODULES]
     args.results_dir.mkdir(parents=True, exist_ok=True)
     settings.scratch.mkdir(parents=True, exist_ok=True)
     keep = args.only or args.report_only
@@ -167,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
             attempt("dledger", lambda: dledger.run(settings))
         if "rocketmq" in wanted:
             attempt("rocketmq", lambda: rocketmq.run(settings, redis=not args.no_redis))
+        if "rocketmq_dledger" in wanted:
+            attempt("rocketmq_dledger", lambda: rocketmq_dledger.run(settings))
         if "cores" in wanted:
             attempt("cores", lambda: cores.run(settings))
     finally:
