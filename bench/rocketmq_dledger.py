@@ -14,8 +14,8 @@ Every group gets the same load (:func:`bench.loadgen.remoting_send`: pre-encoded
 SEND_BATCH_MESSAGE frames of 32 1-KiB messages on the **client port** of whoever takes writes,
 one request outstanding per connection, producers in their own processes) and the same store
 settings (bench.rocketmq's STORE, JVM flags and heap), after the same 20 s of unmeasured load
-(:func:`bench.rocketmq.warm_up`: the JVMs compile their hot paths).  Each repetition measures the four in a
-rotated order, so drift of the shared VM falls on all of them.  Beside msgs/s, the CPU seconds
+(:func:`bench.rocketmq.warm_up`: the JVMs compile their hot paths).  Each repetition measures
+the four in a rotated order, so drift of the shared VM falls on all of them.  Beside msgs/s, the CPU seconds
 of every process of the measured group (its brokers; for RocketMQ the JVMs, their GC and
 background threads included) are read from /proc before and after each measurement: CPU
 microseconds per acknowledged message, which the other load on a shared VM moves less.
@@ -49,7 +49,8 @@ DLEDGER_PEERS = {f"n{i}": f"127.0.0.1:{40911 + i}" for i in range(3)}
 SYNC_MASTER_PORT = 30911
 #: broker.conf of the Java DLedger brokers beyond bench.rocketmq's. ``enableBatchPush``: with
 #: 4.9.7's default (false) a leader pushes one entry per APPEND RPC, and its group measured
-#: 1.9k / 4.4k msgs/s here (1 / 4 producers, 0.06x / 0.09x its SYNC pair, 2026-11-28); with it
+#: 1.9k / 4.4k msgs/s here (1 / 4 producers, 0.06x / 0.09x its SYNC pair, 2026-11-28, before
+#: the warm-up existed); with it
 #: a push carries many entries, as habroker's pushes do: the fair comparison.
 JAVA_DLEDGER: dict[str, Any] = {"enableBatchPush": True}
 #: seconds of an idle group's CPU read before the load: the cost of merely running (heartbeats,
