@@ -242,6 +242,12 @@ def _disk_note(modes: dict[str, Any]) -> str:
     return f" Disk in use (df's used / (used + available)): {', '.join(parts)}." if parts else ""
 
 
+def _warm_up_seconds(warm_up: dict[str, Any] | None) -> str:
+    """How long the warm-up of a run lasted (``bench.rocketmq.warm_up``'s measured seconds)."""
+    seconds = [w["seconds"] for w in (warm_up or {}).values() if isinstance(w, dict)]
+    return f"{max(seconds):.0f} s" if seconds else "no warm-up"
+
+
 def _warm_up_text(modes: dict[str, Any]) -> str:
     """What each broker sent during its unmeasured warm-up, or that an older run had none."""
     parts = [
@@ -251,8 +257,10 @@ def _warm_up_text(modes: dict[str, Any]) -> str:
     ]
     if not parts:
         return "No warm-up in this run (the JVM's first cells ran cold). "
+    first = next(m["warm_up"] for m in modes.values() if m.get("warm_up"))
     return (
-        "Before its first cell each broker got 20 s of unmeasured batch-32 load from four "
+        f"Before its first cell each broker got {_warm_up_seconds(first)} of unmeasured "
+        "batch-32 load from four "
         f"producers, so the JVM's hot paths are compiled ({'; '.join(parts)}). "
     )
 
@@ -397,8 +405,9 @@ def rocketmq_dledger_section(data: dict[str, Any]) -> list[str]:
         "(three peers) and SYNC master + slave, RocketMQ 4.9.7's DLedger group (three brokers "
         "with `enableDLegerCommitLog=true`, DLedger 0.3.1.2) and SYNC_MASTER + SLAVE. The same "
         "remoting load generator sends batches of 32 1-KiB messages to the client port of "
-        "whoever takes writes, after 20 s of unmeasured load on each (the JVMs compile their hot "
-        f"paths); {data.get('reps')} repetitions of {data.get('duration_s')} s, "
+        f"whoever takes writes, after {_warm_up_seconds(data.get('warm_up'))} of unmeasured "
+        "load on each (the JVMs compile their hot paths); "
+        f"{data.get('reps')} repetitions of {data.get('duration_s')} s, "
         "the four taking turns going first; median (min-max). **CPU us/msg** is the CPU time "
         "of all the group's broker processes (every thread; the JVMs' GC included) per "
         "acknowledged message. So RocketMQ's own DLEDGER / SYNC ratio on this machine stands "

@@ -7,7 +7,6 @@ own store directories and ports — so what they exercise is what a pod runs.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import os
 import random
@@ -443,8 +442,10 @@ class LocalDLedgerGroup:
         while each is too far behind (FALL_BEHIND_TOO_MUCH: a peer restarted under load is still
         catching up; the operator likewise asks again on its next sweep).  Answers who took it."""
         deadline = time.monotonic() + timeout
-        for attempt in itertools.count():
+        attempt = 0
+        while True:
             transferee = transferees[attempt % len(transferees)]
+            attempt += 1
             code, body = leader.request(
                 "POST",
                 "/v1/admin/dledger/leadership-transfer",
@@ -458,7 +459,6 @@ class LocalDLedgerGroup:
                     f"leadership transfer {leader.root.name} -> {transferee}: {code} {body}"
                 )
             time.sleep(0.2)
-        raise AssertionError("unreachable")
 
     def start(self, wait: bool = True) -> LocalDLedgerGroup:
         for peer in self.peers:

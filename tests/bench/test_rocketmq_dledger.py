@@ -25,7 +25,7 @@ def test_quick_run_of_the_four_groups(tmp_path: Path) -> None:
     if reason:
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI must run the RocketMQ peer, but {reason}")
-        pytest.skip(reason)
+        pytest.skip(f"needs Java RocketMQ brokers in a private network namespace: {reason}")
     settings = common.Settings.quick_mode(tmp_path / "scratch")
     try:
         result = rocketmq_dledger.run(settings)
