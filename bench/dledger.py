@@ -220,27 +220,37 @@ def failover_rounds(root: Path, label: str, rounds: int, **timings: Any) -> dict
 
 
 # -- throughput ------------------------------------------------------------------------------------
-def _job(port: int, batch: int, producers: int, settings: common.Settings) -> loadgen.Job:
+def _job(
+    port: int, batch: int, producers: int, settings: common.Settings, remoting: bool = False
+) -> loadgen.Job:
+    """Produce load on the HTTP face, or on the client port (``remoting``: SEND_BATCH_MESSAGE,
+    what RocketMQ clients send)."""
     body = common.payload()
-    requests = [
-        loadgen.http_produce(port, TOPIC, i % QUEUES, body, batch) for i in range(producers)
-    ]
-    job = loadgen.Job("http", port, requests, batch)
+    if remoting:
+        requests = [loadgen.remoting_send(TOPIC, i % QUEUES, body, batch) for i in range(producers)]
+    else:
+        requests = [
+            loadgen.http_produce(port, TOPIC, i % QUEUES, body, batch) for i in range(producers)
+        ]
+    job = loadgen.Job("remoting" if remoting else "http", port, requests, batch)
     job.duration = settings.duration
     job.warmup = settings.warmup
     job.processes = min(producers, 4)
     return job
 
 
-def throughput(root: Path, settings: common.Settings, batch: int = 32) -> list[dict[str, Any]]:
+def throughput(
+    root: Path, settings: common.Settings, batch: int = 32, remoting: bool = False
+) -> list[dict[str, Any]]:
     cells: list[dict[str, Any]] = []
+    port_key = "listenPort" if remoting else "httpListenPort"
     with servers.habroker_group(root / "sync", "SYNC") as classic:
         group = start_group(root / "dledger")
         try:
             leader = group.leader()
             ports = {
-                "habroker_sync": int(classic.master.config["httpListenPort"]),
-                "habroker_dledger": int(leader.config["httpListenPort"]),
+                "habroker_sync": int(classic.master.config[port_key]),
+                "habroker_dledger": int(leader.config[port_key]),
             }
             reps = settings.reps if settings.quick else max(settings.reps, THROUGHPUT_REPS)
             for producers in settings.producers:
@@ -249,7 +259,7 @@ def throughput(root: Path, settings: common.Settings, batch: int = 32) -> list[d
                     order = list(ports) if rep % 2 == 0 else list(reversed(ports))
                     for system in order:
                         runs[system].append(
-                            loadgen.run(_job(ports[system], batch, producers, settings))
+                            loadgen.run(_job(ports[system], batch, producers, settings, remoting))
                         )
                         if system == "habroker_sync":
                             servers.habroker_reset(classic)
@@ -280,7 +290,7 @@ def throughput(root: Path, settings: common.Settings, batch: int = 32) -> list[d
 
 
 def cpu_per_message(
-    root: Path, settings: common.Settings, producers: int, batch: int = 32
+    root: Path, settings: common.Settings, producers: int, batch: int = 32, remoting: bool = False
 ) -> dict[str, dict[str, float]]:
     """CPU microseconds per acknowledged message of every server process (and of the load
     generator), DLEDGER and classic SYNC alternated ``settings.reps`` times: on a shared
@@ -292,7 +302,7 @@ def cpu_per_message(
     def measure(label: str, port: int, procs: dict[str, Any]) -> None:
         before = {k: common.cpu_seconds(p.pid) for k, p in procs.items()}
         t0 = os.times()
-        res = loadgen.run(_job(port, batch, producers, settings))
+        res = loadgen.run(_job(port, batch, producers, settings, remoting))
         t1 = os.times()
         n = max(res["messages"], 1)
         row = {k: (common.cpu_seconds(p.pid) - before[k]) / n * 1e6 for k, p in procs.items()}
@@ -307,6 +317,7 @@ def cpu_per_message(
         for k, v in row.items():
             out[label][k] = out[label].get(k, 0.0) + v / settings.reps
 
+    port_key = "listenPort" if remoting else "httpListenPort"
     with servers.habroker_group(root / "sync", "SYNC") as classic:
         group = start_group(root / "dledger")
         try:
@@ -317,21 +328,23 @@ def cpu_per_message(
                     if system == "sync":
                         measure(
                             "sync",
-                            int(classic.master.config["httpListenPort"]),
+                            int(classic.master.config[port_key]),
                             {"master": classic.master.proc, "slave": classic.slaves[0].proc},
                         )
                         servers.habroker_reset(classic)
                     else:
                         procs = {"leader": leader.proc}
                         procs.update({f"follower{i}": p.proc for i, p in enumerate(followers)})
-                        measure("dledger", int(leader.config["httpListenPort"]), procs)
+                        measure("dledger", int(leader.config[port_key]), procs)
                         group.wait_converged(timeout=120)
         finally:
             group.stop()
     return out
 
 
-def profile(root: Path, seconds: float, producers: int, batch: int = 32) -> list[Path]:
+def profile(
+    root: Path, seconds: float, producers: int, batch: int = 32, remoting: bool = False
+) -> list[Path]:
     """py-spy samples of the leader and a follower under the throughput load (``pip install
     py-spy``); summaries written to ``bench/results/profile_dledger_b<batch>_p<n>_<role>.txt``."""
     import shutil
@@ -357,8 +370,8 @@ def profile(root: Path, seconds: float, producers: int, batch: int = 32) -> list
                 subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             )
         try:
-            port = int(leader.config["httpListenPort"])
-            result = loadgen.run(_job(port, batch, producers, settings))
+            port = int(leader.config["listenPort" if remoting else "httpListenPort"])
+            result = loadgen.run(_job(port, batch, producers, settings, remoting))
         finally:
             for proc in spies:
                 try:
@@ -369,9 +382,11 @@ def profile(root: Path, seconds: float, producers: int, batch: int = 32) -> list
         for role, raw in raws.items():
             if not raw.exists():
                 continue
-            path = common.RESULTS_DIR / f"profile_dledger_b{batch}_p{producers}_{role}.txt"
+            face = "_remoting" if remoting else ""
+            path = common.RESULTS_DIR / f"profile_dledger{face}_b{batch}_p{producers}_{role}.txt"
             head = (
-                f"habroker DLEDGER {role}, produce batch {batch}, {producers} producer(s), "
+                f"habroker DLEDGER {role}, produce batch {batch}, {producers} producer(s)"
+                f"{' on the client port' if remoting else ''}, "
                 f"1 KiB bodies: {result['msgs_per_s']:,.0f} msgs/s while sampled (py-spy, 250 Hz)\n"
             )
             path.write_text(head + summarize(raw, top=80))
@@ -434,6 +449,12 @@ def main(argv: list[str] | None = None) -> int:
         "--cpu", action="store_true", help="only CPU per message of every process, both modes"
     )
     p.add_argument("--producers", type=int, default=1, help="with --profile or --cpu")
+    p.add_argument(
+        "--remoting",
+        action="store_true",
+        help="with --throughput-only, --profile or --cpu: produce on the client port "
+        "(RocketMQ remoting) instead of the HTTP face",
+    )
     args = p.parse_args(argv)
     common.install_signal_handlers()
     settings = common.Settings.quick_mode() if args.quick else common.Settings()
@@ -441,13 +462,13 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with common.scratch_dir(settings, "dledger") as root:
                 if args.cpu:
-                    result = cpu_per_message(root, settings, args.producers)
+                    result = cpu_per_message(root, settings, args.producers, remoting=args.remoting)
                     print(json.dumps(result, indent=1))
                 elif args.profile:
-                    for path in profile(root, args.profile, args.producers):
+                    for path in profile(root, args.profile, args.producers, remoting=args.remoting):
                         print(f"wrote {path}")
                 else:
-                    print(json.dumps(throughput(root, settings), indent=1))
+                    print(json.dumps(throughput(root, settings, remoting=args.remoting), indent=1))
         finally:
             common.stop_all()
         return 0

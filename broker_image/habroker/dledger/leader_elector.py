@@ -56,6 +56,10 @@ class ElectionTimings:
     max_take_leadership_vote_interval_ms: int = 100
 
 
+MIN_CHECK_MS = 10  # DLedger's StateMaintainer pace: never poll faster than it
+MAX_CHECK_MS = 500  # the longest sleep of the election loop, whatever its deadline
+
+
 def _now_ms() -> float:
     return time.monotonic() * 1000
 
@@ -114,13 +118,29 @@ class DLedgerLeaderElector:
                 log.exception("dledger %s: election loop error", self.state.self_id)
             self._wake.clear()
             try:
-                async with asyncio.timeout(0.01):
+                async with asyncio.timeout(self._next_check_s()):
                     await self._wake.wait()
             except TimeoutError:
                 pass
 
+    def _next_check_s(self) -> float:
+        """Seconds until this role's next deadline: a heartbeat due (leader), the leader silent
+        too long (follower), a vote due (candidate).  DLedger polls every 10 ms; sleeping to the
+        deadline keeps that precision without 100 wake-ups a second on an idle peer.  Anything
+        that moves a deadline earlier sets ``_wake``; :data:`MAX_CHECK_MS` bounds the sleep."""
+        t, st, now = self.timings, self.state, _now_ms()
+        if st.is_leader:
+            due = self.last_send_heartbeat + t.heartbeat_interval_ms
+        elif st.is_follower:
+            due = self.last_leader_heartbeat + t.max_heartbeat_leak * t.heartbeat_interval_ms
+        else:
+            due = now if self.need_increase_term else self.next_vote_at
+        # the checks are strict (``now - last > interval``): one more millisecond makes it due
+        return min(max(due + 1 - now, MIN_CHECK_MS), MAX_CHECK_MS) / 1000
+
     # -- role changes --------------------------------------------------------------------------
     def _role_changed(self, term: int, role: Role) -> None:
+        self._wake.set()  # the new role's deadline is not the old one's
         self._check_take_leadership(term, role)
         for listener in self.listeners:
             try:

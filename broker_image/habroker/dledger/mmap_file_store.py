@@ -95,6 +95,7 @@ class DLedgerMmapFileStore:
         self.ledger_end_index = -1
         self.ledger_end_term = -1
         self.committed_index = -1
+        self._checkpoint_written: str | None = None  # the checkpoint file's text, once written
         self._committed_pos = -1
         self.flushed_index = -1
         #: the member's current term: commits announced for an older term are ignored
@@ -902,9 +903,12 @@ class DLedgerMmapFileStore:
             self.flushed_index = max(self.flushed_index, end)
 
     def persist_checkpoint(self) -> None:
-        """``endIndex`` and ``committedIndex`` as Java properties, replaced atomically."""
+        """``endIndex`` and ``committedIndex`` as Java properties, replaced atomically; not
+        rewritten (an fsync and a rename) while both are what it last wrote: an idle peer."""
         path = self.root / CHECKPOINT
         text = f"{END_INDEX_KEY}={self.ledger_end_index}\n{COMMITTED_INDEX_KEY}={self.committed_index}\n"
+        if text == self._checkpoint_written:
+            return
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(CHECKPOINT + ".tmp")
         with open(tmp, "w") as fh:
@@ -912,6 +916,7 @@ class DLedgerMmapFileStore:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+        self._checkpoint_written = text
 
     def close(self) -> None:
         self.data.close()
