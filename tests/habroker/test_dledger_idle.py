@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from pathlib import Path
 
@@ -65,13 +66,15 @@ def test_an_idle_follower_wakes_for_its_deadline_not_every_10_ms(tmp_path: Path)
             follow()
 
         el._maintain_as_follower = counted  # type: ignore[method-assign]
+        candidate = asyncio.Event()
+        el.listeners.append(lambda _term, role: role == Role.CANDIDATE and candidate.set())
         el.start()
         try:
             await asyncio.sleep(0.4)  # heartbeats would be missed only after 600 ms
             quiet = calls
             started = time.monotonic()
-            while el.state.role == Role.FOLLOWER and time.monotonic() - started < 5:
-                await asyncio.sleep(0.01)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(candidate.wait(), 5)
             return quiet, time.monotonic() - started, el.state.role
         finally:
             await el.stop()
