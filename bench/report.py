@@ -467,7 +467,17 @@ def cores_section(data: dict[str, Any]) -> list[str]:
             for c in configs
         )
         + f". {data.get('reps')} repetitions of {data.get('duration_s')} s, the two brokers "
-        "taking turns going first; median (min-max).",
+        "taking turns going first; median (min-max). "
+        + (
+            "Before the first cell each master took unmeasured load, unpinned: "
+            + ", ".join(
+                f"{s} {w['seconds']:.0f} s at {w['msgs_per_s']:,} msgs/s"
+                for s, w in data["warm_up"].items()
+            )
+            + "."
+            if data.get("warm_up")
+            else "No warm-up in this run (the JVM's first cells ran cold)."
+        ),
         "",
         f"This part's run: {data.get('started', '?')}, {data.get('seconds', 0):.0f} s"
         f"{', quick (smoke test, not a measurement)' if data.get('quick') else ''}; load average "

@@ -100,5 +100,8 @@ def test_quick_run_pins_both_masters(tmp_path: Path) -> None:
         assert c["master_affinity"] == c["master_cpus"], c
         assert c["not_ok_requests"] == 0 and c["msgs_per_s"]["median"] > 0, c
         assert c["cores_used"]["median"] > 0, c
+    # both masters took unmeasured load before the first cell
+    assert set(data["warm_up"]) == {"habroker", "rocketmq"}, data.get("warm_up")
+    assert all(w["msgs_per_s"] > 0 for w in data["warm_up"].values()), data["warm_up"]
     # the JVM has many threads, all pinned
     assert min(c["master_threads"] for c in cells if c["system"] == "rocketmq") > 10
