@@ -113,7 +113,7 @@ def measure_group(
             rocketmq.check_accepted(run, tuple(b for b, _ in cells))
             # unpinned, before the first cell: neither master is measured cold (a JVM compiles
             # its hot paths during the first seconds of load)
-            warmed = {}
+            warmed: dict[str, dict[str, Any]] = {}
             for system in SYSTEMS:
                 warmed[system] = rocketmq.warm_up(run.port(system), settings)
                 rocketmq.reset(run, system)

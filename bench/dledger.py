@@ -239,18 +239,22 @@ def _job(
     return job
 
 
+def _port(broker: Any, remoting: bool) -> int:
+    """The port the load goes to: the client port (remoting) or the HTTP face."""
+    return int(broker.config["listenPort" if remoting else "httpListenPort"])
+
+
 def throughput(
     root: Path, settings: common.Settings, batch: int = 32, remoting: bool = False
 ) -> list[dict[str, Any]]:
     cells: list[dict[str, Any]] = []
-    port_key = "listenPort" if remoting else "httpListenPort"
     with servers.habroker_group(root / "sync", "SYNC") as classic:
         group = start_group(root / "dledger")
         try:
             leader = group.leader()
             ports = {
-                "habroker_sync": int(classic.master.config[port_key]),
-                "habroker_dledger": int(leader.config[port_key]),
+                "habroker_sync": _port(classic.master, remoting),
+                "habroker_dledger": _port(leader, remoting),
             }
             reps = settings.reps if settings.quick else max(settings.reps, THROUGHPUT_REPS)
             for producers in settings.producers:
@@ -317,7 +321,6 @@ def cpu_per_message(
         for k, v in row.items():
             out[label][k] = out[label].get(k, 0.0) + v / settings.reps
 
-    port_key = "listenPort" if remoting else "httpListenPort"
     with servers.habroker_group(root / "sync", "SYNC") as classic:
         group = start_group(root / "dledger")
         try:
@@ -328,14 +331,14 @@ def cpu_per_message(
                     if system == "sync":
                         measure(
                             "sync",
-                            int(classic.master.config[port_key]),
+                            _port(classic.master, remoting),
                             {"master": classic.master.proc, "slave": classic.slaves[0].proc},
                         )
                         servers.habroker_reset(classic)
                     else:
                         procs = {"leader": leader.proc}
                         procs.update({f"follower{i}": p.proc for i, p in enumerate(followers)})
-                        measure("dledger", int(leader.config[port_key]), procs)
+                        measure("dledger", _port(leader, remoting), procs)
                         group.wait_converged(timeout=120)
         finally:
             group.stop()
@@ -346,7 +349,8 @@ def profile(
     root: Path, seconds: float, producers: int, batch: int = 32, remoting: bool = False
 ) -> list[Path]:
     """py-spy samples of the leader and a follower under the throughput load (``pip install
-    py-spy``); summaries written to ``bench/results/profile_dledger_b<batch>_p<n>_<role>.txt``."""
+    py-spy``); summaries written to
+    ``bench/results/profile_dledger[_remoting]_b<batch>_p<n>_<role>.txt``."""
     import shutil
     import subprocess
     import sys
@@ -370,8 +374,8 @@ def profile(
                 subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             )
         try:
-            port = int(leader.config["listenPort" if remoting else "httpListenPort"])
-            result = loadgen.run(_job(port, batch, producers, settings, remoting))
+            job = _job(_port(leader, remoting), batch, producers, settings, remoting)
+            result = loadgen.run(job)
         finally:
             for proc in spies:
                 try:
