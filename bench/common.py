@@ -155,6 +155,27 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+def wait_until_quiet(
+    max_load: float | None = None, timeout_s: float = 120.0, poll_s: float = 5.0
+) -> dict[str, Any]:
+    """Wait until the 1-minute load average is at most ``max_load`` (default: half the CPUs),
+    at most ``timeout_s``.  A module started right after another heavy job (the previous
+    module's JVMs, a test run) measures that job's tail too: on two CPUs a CPU-bound cell
+    loses more to it than a latency-bound one, which skews ratios taken inside the run."""
+    limit = max_load if max_load is not None else (os.cpu_count() or 2) / 2
+    t0 = time.monotonic()
+    load = os.getloadavg()[0]
+    while load > limit and time.monotonic() - t0 < timeout_s:
+        time.sleep(poll_s)
+        load = os.getloadavg()[0]
+    return {
+        "waited_s": round(time.monotonic() - t0, 1),
+        "loadavg_1m": round(load, 2),
+        "limit": limit,
+        "quiet": load <= limit,
+    }
+
+
 # -- one module run on its own ------------------------------------------------------------------
 def settings_for(args: argparse.Namespace) -> Settings:
     """Settings from the options every runner shares (--quick, --reps, --duration, --scratch)."""

@@ -602,6 +602,24 @@ def failover_section(path: Path | None = None) -> list[str]:
     return lines
 
 
+def _quiet_waits(results: dict[str, Any]) -> list[str]:
+    """The sentence saying how quiet the machine was when each module started (``bench.run``
+    waits for the 1-minute load average to fall to half the CPUs first)."""
+    waits = [
+        f"{name} {r['quiet_wait']['waited_s']:.0f} s → {r['quiet_wait']['loadavg_1m']}"
+        + ("" if r["quiet_wait"]["quiet"] else " (still busy: the wait timed out)")
+        for name, r in results.items()
+        if isinstance(r, dict) and isinstance(r.get("quiet_wait"), dict)
+    ]
+    if not waits:
+        return []
+    return [
+        "Before each module the run waited for the 1-minute load average to fall to half the "
+        "CPUs (module: seconds waited → load average when it started): " + "; ".join(waits) + ".",
+        "",
+    ]
+
+
 def markdown(results: dict[str, Any]) -> str:
     meta = results.get("meta", {})
     lines = [
@@ -627,6 +645,7 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         "Plots: `bench/results/*.png`; raw data: `bench/results/*.json`.",
         "",
+        *_quiet_waits(results),
         "## Goals",
         "",
         "| goal | value | target | met |",

@@ -7,8 +7,10 @@ Redis in a private network namespace (``rocketmq``), three-replica DLedger group
 pairs, habroker's and RocketMQ's own (``rocketmq_dledger``), and last both masters pinned to 1, 2
 and all CPUs (``cores``; ``--no-rocketmq`` leaves these three out). Each
 module's JSON goes to ``bench/results/NAME.json``, plots beside it, and ``docs/benchmarks.md``
-is regenerated from the results (a module not run this time keeps its previous JSON). Every
-server started is stopped, also on failure or SIGTERM.
+is regenerated from the results (a module not run this time keeps its previous JSON). Before
+each module the run waits (``--quiet-wait``, at most 120 s) for the 1-minute load average to
+fall to half the CPUs, so no module measures the tail of the one before. Every server started
+is stopped, also on failure or SIGTERM.
 """
 
 from __future__ import annotations
@@ -78,6 +80,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="run nothing: regenerate plots and docs from the JSON in --results-dir",
     )
     p.add_argument("--max-seconds", type=float, default=2400, help="skip what would start later")
+    p.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="before each module wait up to this long for the 1-minute load average to fall to "
+        "half the CPUs (the previous module's tail is not measured); 0: no wait (default 120; "
+        "--quick: 0)",
+    )
     return p.parse_args(argv)
 
 
@@ -128,6 +139,14 @@ def main(argv: list[str] | None = None) -> int:
             results[name] = {"skipped": f"run exceeded --max-seconds={args.max_seconds:.0f}"}
             failed.append(name)
             return
+        quiet = None
+        if args.quiet_wait > 0 and not settings.quick:
+            quiet = common.wait_until_quiet(timeout_s=args.quiet_wait)
+            print(
+                f"[bench] waited {quiet['waited_s']:.0f} s for a quiet machine: load average "
+                f"{quiet['loadavg_1m']} (limit {quiet['limit']:g})",
+                flush=True,
+            )
         print(f"[bench] {name} ...", flush=True)
         t0 = time.monotonic()
         try:
@@ -138,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
             failed.append(name)
         if isinstance(results[name], dict):
             results[name]["elapsed_s"] = round(time.monotonic() - t0, 1)
+            if quiet is not None:
+                results[name]["quiet_wait"] = quiet
         print(f"[bench] {name} done in {time.monotonic() - t0:.1f} s", flush=True)
 
     try:
