@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import time
 import traceback
@@ -133,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         "modules": wanted,
     }
     failed: list[str] = []
+    attempted: list[str] = []
 
     def attempt(name: str, fn: Any) -> None:
         if time.monotonic() - started > args.max_seconds:
@@ -147,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"{quiet['loadavg_1m']} (limit {quiet['limit']:g})",
                 flush=True,
             )
+            if not attempted:  # "load average at start": when the first module started
+                meta["machine"]["loadavg_at_start"] = [round(x, 2) for x in os.getloadavg()]
+        attempted.append(name)
         print(f"[bench] {name} ...", flush=True)
         t0 = time.monotonic()
         try:
