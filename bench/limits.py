@@ -8,7 +8,11 @@
   read into one reused buffer (a pull of 32 messages at the least: issue 17 compares pulls
   with it);
 * loopback: ``os.sendfile`` from a file over 127.0.0.1 TCP into a receiver process doing
-  ``recv_into`` + ``os.write`` to a file (what a slave must do at the least).
+  ``recv_into`` + ``os.write`` to a file (what a slave must do at the least);
+* pull transport: a request of a PULL_MESSAGE's size answered with a pull's worth of bytes
+  (32 records of a 1 KiB body) by ``os.sendfile`` from the page cache, over 127.0.0.1 TCP,
+  one answering process per connection and one asking process per consumer, no broker in
+  between (what any broker's pulls pay for the transport and its wake-ups at the least).
 """
 
 from __future__ import annotations
@@ -125,6 +129,97 @@ def loopback(src: Path, dst: Path, total: int) -> float:
     return float(got / elapsed) if elapsed > 0 else 0.0
 
 
+#: the pull transport's frames: module rocketmq's PULL_MESSAGE is 342 bytes, and its pulls of
+#: 32 messages are answered with 36.2 KB (habroker) and 36.9 KB (RocketMQ)
+PULL_REQUEST_BYTES = 342
+PULL_ANSWER_BYTES = 36_160
+PULL_MESSAGES_PER_ANSWER = 32
+PULL_CONNECTIONS = (1, 4)
+_ANSWER_HEAD = bytes(64)  # stands for the remoting header in front of a pull's body
+
+
+def _read_exactly(conn: socket.socket, view: memoryview) -> bool:
+    got = 0
+    while got < len(view):
+        n = conn.recv_into(view[got:])
+        if n == 0:
+            return False
+        got += n
+    return True
+
+
+def _answerer(srv: socket.socket, path: str) -> None:
+    """One connection: each request is answered with a header and PULL_ANSWER_BYTES sent
+    from the file (page-cache hot) with ``sendfile``, walking through the file."""
+    conn, _ = srv.accept()
+    srv.close()
+    request = memoryview(bytearray(PULL_REQUEST_BYTES))
+    with conn, open(path, "rb") as f:
+        fd, out = f.fileno(), conn.fileno()
+        span = os.fstat(fd).st_size - PULL_ANSWER_BYTES
+        offset = 0
+        while _read_exactly(conn, request):
+            conn.sendall(_ANSWER_HEAD, socket.MSG_MORE)
+            sent = 0
+            while sent < PULL_ANSWER_BYTES:
+                n = os.sendfile(out, fd, offset + sent, PULL_ANSWER_BYTES - sent)
+                if n <= 0:
+                    return
+                sent += n
+            offset = (offset + PULL_ANSWER_BYTES) % span
+
+
+def _asker(port: int, seconds: float, warmup: float, out_q: Any) -> None:
+    """Ask, read the whole answer, ask again; answers/s after ``warmup``."""
+    request = bytes(PULL_REQUEST_BYTES)
+    answer = memoryview(bytearray(len(_ANSWER_HEAD) + PULL_ANSWER_BYTES))
+    count, start = 0, time.perf_counter()
+    with socket.create_connection(("127.0.0.1", port)) as conn:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        measuring = False
+        end = start + warmup
+        while True:
+            conn.sendall(request)
+            if not _read_exactly(conn, answer):
+                break
+            count += 1
+            now = time.perf_counter()
+            if now >= end:
+                if measuring:
+                    break
+                measuring, count, start, end = True, 0, now, now + seconds
+    elapsed = time.perf_counter() - start
+    out_q.put(count / elapsed if measuring and elapsed > 0 else 0.0)
+
+
+def pull_transport(src: Path, connections: int, seconds: float, warmup: float) -> float:
+    """Answers/s over ``connections`` at once: the bare transport a pull rides on."""
+    ctx = mp.get_context("fork")
+    out_q = ctx.Queue()
+    with socket.create_server(("127.0.0.1", 0), backlog=connections) as srv:
+        port = srv.getsockname()[1]
+        answerers = [
+            ctx.Process(target=_answerer, args=(srv, str(src)), daemon=True)
+            for _ in range(connections)
+        ]
+        for proc in answerers:
+            proc.start()
+    askers = [
+        ctx.Process(target=_asker, args=(port, seconds, warmup, out_q), daemon=True)
+        for _ in range(connections)
+    ]
+    try:
+        for proc in askers:
+            proc.start()
+        return float(sum(out_q.get(timeout=seconds + warmup + 60) for _ in askers))
+    finally:
+        for proc in askers + answerers:
+            proc.join(10)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+
+
 def run(settings: common.Settings) -> dict[str, Any]:
     body = common.payload()
     result: dict[str, Any] = {"seq_write": {}, "seq_write_sync_1MiB": None}
@@ -134,6 +229,7 @@ def run(settings: common.Settings) -> dict[str, Any]:
         loop: list[float] = []
         read: list[float] = []
         fsync: list[float] = []
+        answers: dict[int, list[float]] = {c: [] for c in PULL_CONNECTIONS}
         src = work / "loopback-src"
         total = settings.limit_bytes
         with open(src, "wb") as f:  # in the page cache, as a master's recent log is
@@ -149,12 +245,31 @@ def run(settings: common.Settings) -> dict[str, Any]:
             )
             loop.append(loopback(src, work / "loopback-dst", total))
             read.append(seq_read(src))
+            for conns in PULL_CONNECTIONS:
+                answers[conns].append(
+                    pull_transport(src, conns, settings.duration, settings.warmup)
+                )
             fsync.extend(fdatasync_latency(work / "fsync", settings.fsync_samples, body))
         for batch, values in raw.items():
             result["seq_write"][str(batch)] = summary([v / 1e6 for v in values])
         result["seq_write_sync_1MiB"] = summary([v / 1e6 for v in synced])
         result["loopback"] = summary([v / 1e6 for v in loop])
         result["seq_read_32KiB"] = summary([v / 1e6 for v in read])
+        result["pull_transport"] = {
+            "request_bytes": PULL_REQUEST_BYTES,
+            "answer_bytes": PULL_ANSWER_BYTES,
+            "messages_per_answer": PULL_MESSAGES_PER_ANSWER,
+            # MB/s of payload, as the pull cells count theirs (1 KiB a message)
+            "connections": {
+                str(c): {
+                    "answers_per_s": summary(v),
+                    "mb_per_s": summary(
+                        [a * PULL_MESSAGES_PER_ANSWER * common.BODY_SIZE / 1e6 for a in v]
+                    ),
+                }
+                for c, v in answers.items()
+            },
+        }
         result["fdatasync_ms"] = {k: v * 1000 for k, v in percentiles(fsync, (50, 99)).items()}
         result["fdatasync_ms"]["samples"] = len(fsync)
     result["unit"] = "MB/s (1e6 bytes of payload per second)"

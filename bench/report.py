@@ -265,7 +265,33 @@ def _warm_up_text(modes: dict[str, Any]) -> str:
     )
 
 
-def rocketmq_section(data: dict[str, Any]) -> list[str]:
+def pull_transport_text(limits: dict[str, Any]) -> list[str]:
+    """What the bare transport under a pull carries in this run, against the sequential-read
+    limit that issue 17's pull target is a fraction of."""
+    pt = limits.get("pull_transport") or {}
+    read = median_of(limits.get("seq_read_32KiB"))
+    if not pt.get("connections"):
+        return []
+    parts = []
+    for conns, entry in sorted(pt["connections"].items(), key=lambda kv: int(kv[0])):
+        mb = median_of(entry.get("mb_per_s"))
+        parts.append(
+            f"{conns} connection(s) {_f(median_of(entry.get('answers_per_s')))} answers/s = "
+            f"{_f(mb)} MB/s of payload, {_x(ratio(mb, read))} the "
+            "sequential-read limit"
+        )
+    return [
+        "",
+        "**vs. pull transport**: the bare loopback transport under a pull, measured in module "
+        f"`limits` of this run — a {pt.get('request_bytes')}-byte request answered with "
+        f"{pt.get('answer_bytes', 0):,} bytes ({pt.get('messages_per_answer')} messages' worth) "
+        "by `sendfile` from the page cache, one process per side and connection, no broker in "
+        "between: " + "; ".join(parts) + ". Issue 17's pull target is 0.3x the sequential-read "
+        "limit; where the bare transport's own ratio is below that, no broker can meet it here.",
+    ]
+
+
+def rocketmq_section(data: dict[str, Any], limits: dict[str, Any] | None = None) -> list[str]:
     lines = [
         "",
         "## habroker vs Apache RocketMQ 4.9.7 (module `rocketmq`, also `python -m bench.rocketmq`)",
@@ -353,14 +379,18 @@ def rocketmq_section(data: dict[str, Any]) -> list[str]:
             "request again and again (both brokers serve the same page-cache-hot bytes), one "
             "connection per consumer, ASYNC groups:",
             "",
-            "| system | consumers | msgs/s | MB/s | habroker / RocketMQ |",
-            "| --- | ---: | ---: | ---: | ---: |",
+            "| system | consumers | msgs/s | MB/s | habroker / RocketMQ | vs. pull transport |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |",
         ]
+        transport = ((limits or {}).get("pull_transport") or {}).get("connections") or {}
         for c in pulls:
+            bare = median_of((transport.get(str(c["consumers"])) or {}).get("mb_per_s"))
             lines.append(
                 f"| {c['system']} | {c['consumers']} | {_mmm(c['msgs_per_s'])} | "
-                f"{_mmm(c['mb_per_s'], 1)} | {_x(c.get('ratio_to_rocketmq'))} |"
+                f"{_mmm(c['mb_per_s'], 1)} | {_x(c.get('ratio_to_rocketmq'))} | "
+                f"{_x(ratio(median_of(c['mb_per_s']), bare))} |"
             )
+        lines += pull_transport_text(limits or {})
     for mode, m in modes.items():
         if m.get("pull_error"):
             lines += ["", f"Pull ({mode}) failed: {m['pull_error']}"]
@@ -680,6 +710,13 @@ def markdown(results: dict[str, Any]) -> str:
             lines.append(
                 f"| sequential read, 32 KiB reads (page cache) | {_mmm(limits['seq_read_32KiB'])} |"
             )
+        pt = limits.get("pull_transport") or {}
+        for conns, entry in sorted((pt.get("connections") or {}).items()):
+            lines.append(
+                f"| pull transport: {pt.get('request_bytes')} B request → "
+                f"{pt.get('answer_bytes', 0):,} B sendfile answer, {conns} connection(s) "
+                f"(payload) | {_mmm(entry.get('mb_per_s'))} |"
+            )
         fs = limits.get("fdatasync_ms", {})
         lines.append(
             f"| 1 KiB append + fdatasync, p50 / p99 | {_f(fs.get('p50'), 3)} / {_f(fs.get('p99'), 3)} ms |"
@@ -781,7 +818,7 @@ def markdown(results: dict[str, Any]) -> str:
         ]
     lines += failover_section()
     lines += dledger_section(results.get("dledger") or {})
-    lines += rocketmq_section(results.get("rocketmq") or {})
+    lines += rocketmq_section(results.get("rocketmq") or {}, results.get("limits"))
     lines += rocketmq_dledger_section(results.get("rocketmq_dledger") or {})
     lines += cores_section(results.get("cores") or {})
     notes = results.get("notes", [])

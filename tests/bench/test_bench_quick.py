@@ -57,6 +57,9 @@ def test_quick_run(tmp_path: Path) -> None:
         assert cell["not_ok_requests"] == 0, cell
     limits = json.loads((results / "limits.json").read_text())
     assert limits["seq_read_32KiB"]["median"] > 0
+    for conns in ("1", "4"):
+        assert limits["pull_transport"]["connections"][conns]["answers_per_s"]["median"] > 0
+    assert "pull transport: 342 B request" in text
     assert "| sequential read, 32 KiB reads (page cache) |" in text
     lag = json.loads((results / "lag.json").read_text())
     assert lag["systems"]["habroker_async"]["runs"][0]["samples"] > 0
@@ -90,3 +93,38 @@ def test_pulls_are_held_against_the_sequential_read_limit_of_the_run() -> None:
     del results["limits"]
     rows = {g["goal"]: g for g in goals(results)}
     assert rows["issue 17: pull (PULL_MESSAGE) / sequential read limit"]["value"] is None
+
+
+def test_pulls_are_set_beside_the_bare_pull_transport_of_the_run() -> None:
+    from bench.report import rocketmq_section
+    from bench.stats import summary
+
+    def cell(system: str, mb: float) -> dict[str, object]:
+        return {
+            "mode": "ASYNC",
+            "system": system,
+            "consumers": 4,
+            "msgs_per_s": summary([mb * 1e6 / 1024]),
+            "mb_per_s": summary([mb]),
+            "ratio_to_rocketmq": 1.25,
+        }
+
+    data = {"modes": {"ASYNC": {"cells": [], "pull": [cell("habroker", 500.0)]}}}
+    limits = {
+        "seq_read_32KiB": {"median": 8000.0},
+        "pull_transport": {
+            "request_bytes": 342,
+            "answer_bytes": 36160,
+            "messages_per_answer": 32,
+            "connections": {
+                "4": {"answers_per_s": summary([61035.0]), "mb_per_s": summary([2000.0])}
+            },
+        },
+    }
+    text = "\n".join(rocketmq_section(data, limits))
+    # 500 MB/s of pulls against a 2,000 MB/s bare transport; the transport is 0.25x the read limit
+    assert "| habroker | 4 |" in text and "| 1.25x | 0.25x |" in text
+    assert "4 connection(s) 61,035 answers/s = 2,000 MB/s of payload, 0.25x the" in text
+    # without the limits module the column stays, empty, and no sentence is made up
+    bare = "\n".join(rocketmq_section(data))
+    assert "vs. pull transport" in bare and "answers/s" not in bare
