@@ -711,7 +711,9 @@ def markdown(results: dict[str, Any]) -> str:
                 f"| sequential read, 32 KiB reads (page cache) | {_mmm(limits['seq_read_32KiB'])} |"
             )
         pt = limits.get("pull_transport") or {}
-        for conns, entry in sorted((pt.get("connections") or {}).items()):
+        for conns, entry in sorted(
+            (pt.get("connections") or {}).items(), key=lambda kv: int(kv[0])
+        ):
             lines.append(
                 f"| pull transport: {pt.get('request_bytes')} B request → "
                 f"{pt.get('answer_bytes', 0):,} B sendfile answer, {conns} connection(s) "
