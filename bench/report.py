@@ -122,9 +122,11 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
             )
     for c in (results.get("rocketmq_dledger") or {}).get("cells", []):
         if c["system"] == "habroker_dledger":
+            ceiling = c.get("ceiling_if_cpu_bound")
             goal(
                 "issue 15: DLEDGER / classic SYNC produce on the client port (module "
-                f"rocketmq_dledger), batch 32, {c['producers']} producer(s)",
+                f"rocketmq_dledger), batch 32, {c['producers']} producer(s)"
+                + ("" if ceiling is None else f" (ceiling if CPU-bound {_x(ceiling)})"),
                 c.get("ratio_to_sync"),
                 0.8,
             )
@@ -419,6 +421,36 @@ def rocketmq_section(data: dict[str, Any], limits: dict[str, Any] | None = None)
     return [*lines, "", "Plot: `bench/results/rocketmq.png`."]
 
 
+def _median(entry: dict[str, Any] | None) -> float | None:
+    return None if not entry else entry.get("median")
+
+
+def replica_ceiling_text(cells: list[dict[str, Any]], machine: dict[str, Any]) -> list[str]:
+    """What the "ceiling if CPU-bound" column means, and habroker's figures set beside it."""
+    dl = {c["producers"]: c for c in cells if c["system"] == "habroker_dledger"}
+    rows = [
+        f"{p} producer(s): {_x(c.get('ratio_to_sync'))} against a ceiling of "
+        f"{_x(c.get('ceiling_if_cpu_bound'))}, with {_f(_median(c.get('cores_used')), 2)} "
+        "cores used"
+        for p, c in sorted(dl.items())
+        if c.get("ceiling_if_cpu_bound") is not None
+    ]
+    if not rows:
+        return []
+    cpus = machine.get("cpus")
+    return [
+        "**Ceiling if CPU-bound** is (M + S + L) / (M + 2S + L) from the same run's SYNC pair: "
+        "M, S and L the CPU us a message of its master, its slave and the load generator. "
+        "When every core is busy, msgs/s go as the inverse of all the CPU a message costs on "
+        "them, so a DLedger group whose leader costs what the master costs and whose two "
+        "followers each cost what the slave costs reaches that ratio to its SYNC pair and no "
+        "more; below it is the DLedger group's own overhead, above it a follower cheaper "
+        "than a slave. It applies when **cores used** (brokers and load generator) is near "
+        f"the machine's {cpus if cpus else '?'} CPUs; with fewer the bound is latency, not "
+        "CPU. habroker DLEDGER / SYNC: " + "; ".join(rows) + "."
+    ]
+
+
 def rocketmq_dledger_section(data: dict[str, Any]) -> list[str]:
     lines = [
         "",
@@ -460,15 +492,20 @@ def rocketmq_dledger_section(data: dict[str, Any]) -> list[str]:
         f"{', quick (smoke test, not a measurement)' if data.get('quick') else ''}; load average "
         f"at start {data.get('machine', {}).get('loadavg_at_start', '?')}.",
         "",
-        "| system | producers | msgs/s | CPU us/msg | DLEDGER / SYNC | habroker / RocketMQ |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| system | producers | msgs/s | CPU us/msg | load gen. CPU us/msg | cores used "
+        "| DLEDGER / SYNC | ceiling if CPU-bound | habroker / RocketMQ |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for c in cells:
+        cores = c.get("cores_used")
         lines.append(
             f"| {c['system']} | {c['producers']} | {_mmm(c['msgs_per_s'])} | "
-            f"{_mmm(c['cpu_us_per_msg'].get('all'), 1)} | {_x(c.get('ratio_to_sync'))} | "
+            f"{_mmm(c['cpu_us_per_msg'].get('all'), 1)} | "
+            f"{_mmm(c.get('loadgen_cpu_us_per_msg'), 1)} | {_f(_median(cores), 2)} | "
+            f"{_x(c.get('ratio_to_sync'))} | {_x(c.get('ceiling_if_cpu_bound'))} | "
             f"{_x(c.get('ratio_to_rocketmq'))} |"
         )
+    lines += ["", *replica_ceiling_text(cells, data.get("machine") or {})]
     bad = {
         f"{c['system']} x{c['producers']}": c["not_ok_codes"] for c in cells if c["not_ok_requests"]
     }

@@ -18,7 +18,10 @@ settings (bench.rocketmq's STORE, JVM flags and heap), after the same 20 s of un
 the four in a rotated order, so drift of the shared VM falls on all of them.  Beside msgs/s, the CPU seconds
 of every process of the measured group (its brokers; for RocketMQ the JVMs, their GC and
 background threads included) are read from /proc before and after each measurement: CPU
-microseconds per acknowledged message, which the other load on a shared VM moves less.
+microseconds per acknowledged message, which the other load on a shared VM moves less.  The
+load generator's CPU is read the same way, so the cores everything used are known and, for each
+DLedger group, :func:`replica_ceiling`: the ratio to its SYNC pair that a third replica costing
+one more slave allows when every core is busy.
 
 ``python -m bench.rocketmq_dledger [--quick]``; ``python -m bench.run`` runs it as module
 ``rocketmq_dledger`` (left out by ``--no-rocketmq``).
@@ -27,6 +30,7 @@ microseconds per acknowledged message, which the other load on a shared VM moves
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import sys
 import time
@@ -129,15 +133,36 @@ def measure(group: Group, producers: int, settings: common.Settings) -> dict[str
     """One measurement: msgs/s and CPU us per acknowledged message of each of the group's
     processes."""
     before = {k: common.cpu_seconds(pid) for k, pid in group.pids.items()}
+    t0 = os.times()
     result = loadgen.run(_job(group.port, producers, settings))
+    t1 = os.times()
     n = max(result["messages"], 1)
     cpu = {k: (common.cpu_seconds(pid) - before[k]) / n * 1e6 for k, pid in group.pids.items()}
+    load = t1.children_user + t1.children_system - t0.children_user - t0.children_system
+    load_us = load / n * 1e6  # the generator's processes, reaped when the run ends
     return {
         "msgs_per_s": result["msgs_per_s"],
         "not_ok": result["not_ok"],
         "not_ok_codes": result["not_ok_codes"],
         "cpu_us_per_msg": {**cpu, "all": sum(cpu.values())},
+        "loadgen_cpu_us_per_msg": load_us,
+        "cores_used": (sum(cpu.values()) + load_us) * result["msgs_per_s"] / 1e6,
     }
+
+
+def replica_ceiling(sync: dict[str, Any]) -> float | None:
+    """What DLEDGER / SYNC can be when every core is busy, if the three peers cost exactly the
+    same run's SYNC master plus two of its slaves: (M + S + L) / (M + 2S + L), the medians of
+    CPU us per message of master, slave and load generator.  When the cores are the bound,
+    msgs/s go as the inverse of all the CPU a message costs on them, so a third replica that
+    does a slave's work caps the ratio here whatever its code; a lower ratio is overhead of
+    the DLedger group's own, a higher one a follower cheaper than a slave."""
+    cpu = sync.get("cpu_us_per_msg") or {}
+    load = (sync.get("loadgen_cpu_us_per_msg") or {}).get("median")
+    if "master" not in cpu or "slave" not in cpu or load is None:
+        return None
+    m, s = cpu["master"]["median"], cpu["slave"]["median"]
+    return ratio(m + s + load, m + 2 * s + load)
 
 
 def idle_cores(groups: list[Group], seconds: float = IDLE_SECONDS) -> dict[str, float]:
@@ -175,6 +200,8 @@ def cells(groups: list[Group], settings: common.Settings) -> list[dict[str, Any]
                 "cpu_us_per_msg": {
                     k: summary([r["cpu_us_per_msg"][k] for r in rs]) for k in cpu_keys
                 },
+                "loadgen_cpu_us_per_msg": summary([r["loadgen_cpu_us_per_msg"] for r in rs]),
+                "cores_used": summary([r["cores_used"] for r in rs]),
                 "not_ok_requests": sum(r["not_ok"] for r in rs),
                 "not_ok_codes": loadgen.merge_counts(r["not_ok_codes"] for r in rs),
             }
@@ -183,6 +210,7 @@ def cells(groups: list[Group], settings: common.Settings) -> list[dict[str, Any]
             by[f"{impl}_dledger"]["ratio_to_sync"] = ratio(
                 med[f"{impl}_dledger"], med[f"{impl}_sync"]
             )
+            by[f"{impl}_dledger"]["ceiling_if_cpu_bound"] = replica_ceiling(by[f"{impl}_sync"])
         for mode in ("dledger", "sync"):
             by[f"habroker_{mode}"]["ratio_to_rocketmq"] = ratio(
                 med[f"habroker_{mode}"], med[f"rocketmq_{mode}"]
@@ -190,7 +218,9 @@ def cells(groups: list[Group], settings: common.Settings) -> list[dict[str, Any]
         print(
             f"[rocketmq_dledger] {producers} producer(s): DLEDGER / SYNC habroker "
             f"{by['habroker_dledger']['ratio_to_sync']}, RocketMQ "
-            f"{by['rocketmq_dledger']['ratio_to_sync']}",
+            f"{by['rocketmq_dledger']['ratio_to_sync']}; ceilings when CPU-bound "
+            f"{by['habroker_dledger']['ceiling_if_cpu_bound']} / "
+            f"{by['rocketmq_dledger']['ceiling_if_cpu_bound']}",
             flush=True,
         )
         out.extend(by.values())
