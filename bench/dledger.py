@@ -468,6 +468,11 @@ def main(argv: list[str] | None = None) -> int:
                 if args.cpu:
                     result = cpu_per_message(root, settings, args.producers, remoting=args.remoting)
                     print(json.dumps(result, indent=1))
+                    sync, dl = result["sync"], result["dledger"]
+                    m, s, load = sync["master"], sync["slave"], sync["loadgen"]
+                    print(f"CPU a message, all of it: SYNC / DLEDGER {sync['total'] / dl['total']:.2f}; "
+                          f"ceiling if CPU-bound (M+S+L)/(M+2S+L) {(m + s + load) / (m + 2 * s + load):.2f} "
+                          "(bench.rocketmq_dledger.replica_ceiling)")  # fmt: skip
                 elif args.profile:
                     for path in profile(root, args.profile, args.producers, remoting=args.remoting):
                         print(f"wrote {path}")
