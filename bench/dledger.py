@@ -36,7 +36,7 @@ from habroker.local import LocalBroker, LocalDLedgerGroup
 from habroker.message import decode_record
 
 from bench import common, loadgen, servers
-from bench.stats import summary
+from bench.stats import replica_ceiling_of, summary
 
 RESULTS = common.RESULTS_DIR / "dledger.json"
 TOPIC = servers.TOPIC
@@ -469,10 +469,9 @@ def main(argv: list[str] | None = None) -> int:
                     result = cpu_per_message(root, settings, args.producers, remoting=args.remoting)
                     print(json.dumps(result, indent=1))
                     sync, dl = result["sync"], result["dledger"]
-                    m, s, load = sync["master"], sync["slave"], sync["loadgen"]
+                    ceiling = replica_ceiling_of(sync["master"], sync["slave"], sync["loadgen"])
                     print(f"CPU a message, all of it: SYNC / DLEDGER {sync['total'] / dl['total']:.2f}; "
-                          f"ceiling if CPU-bound (M+S+L)/(M+2S+L) {(m + s + load) / (m + 2 * s + load):.2f} "
-                          "(bench.rocketmq_dledger.replica_ceiling)")  # fmt: skip
+                          f"ceiling if CPU-bound (M+S+L)/(M+2S+L) {ceiling or 0:.2f}")  # fmt: skip
                 elif args.profile:
                     for path in profile(root, args.profile, args.producers, remoting=args.remoting):
                         print(f"wrote {path}")

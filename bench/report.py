@@ -421,16 +421,12 @@ def rocketmq_section(data: dict[str, Any], limits: dict[str, Any] | None = None)
     return [*lines, "", "Plot: `bench/results/rocketmq.png`."]
 
 
-def _median(entry: dict[str, Any] | None) -> float | None:
-    return None if not entry else entry.get("median")
-
-
 def replica_ceiling_text(cells: list[dict[str, Any]], machine: dict[str, Any]) -> list[str]:
     """What the "ceiling if CPU-bound" column means, and habroker's figures set beside it."""
     dl = {c["producers"]: c for c in cells if c["system"] == "habroker_dledger"}
     rows = [
         f"{p} producer(s): {_x(c.get('ratio_to_sync'))} against a ceiling of "
-        f"{_x(c.get('ceiling_if_cpu_bound'))}, with {_f(_median(c.get('cores_used')), 2)} "
+        f"{_x(c.get('ceiling_if_cpu_bound'))}, with {_f(median_of(c.get('cores_used')), 2)} "
         "cores used"
         for p, c in sorted(dl.items())
         if c.get("ceiling_if_cpu_bound") is not None
@@ -501,7 +497,7 @@ def rocketmq_dledger_section(data: dict[str, Any]) -> list[str]:
         lines.append(
             f"| {c['system']} | {c['producers']} | {_mmm(c['msgs_per_s'])} | "
             f"{_mmm(c['cpu_us_per_msg'].get('all'), 1)} | "
-            f"{_mmm(c.get('loadgen_cpu_us_per_msg'), 1)} | {_f(_median(cores), 2)} | "
+            f"{_mmm(c.get('loadgen_cpu_us_per_msg'), 1)} | {_f(median_of(cores), 2)} | "
             f"{_x(c.get('ratio_to_sync'))} | {_x(c.get('ceiling_if_cpu_bound'))} | "
             f"{_x(c.get('ratio_to_rocketmq'))} |"
         )

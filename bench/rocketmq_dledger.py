@@ -42,7 +42,7 @@ from typing import Any
 from habroker.local import LocalDLedgerGroup, LocalGroup
 
 from bench import common, dledger, loadgen, rocketmq, servers
-from bench.stats import ratio, summary
+from bench.stats import ratio, replica_ceiling_of, summary
 
 SYSTEMS = ("habroker_dledger", "habroker_sync", "rocketmq_dledger", "rocketmq_sync")
 BATCH = 32
@@ -161,8 +161,7 @@ def replica_ceiling(sync: dict[str, Any]) -> float | None:
     load = (sync.get("loadgen_cpu_us_per_msg") or {}).get("median")
     if "master" not in cpu or "slave" not in cpu or load is None:
         return None
-    m, s = cpu["master"]["median"], cpu["slave"]["median"]
-    return ratio(m + s + load, m + 2 * s + load)
+    return replica_ceiling_of(cpu["master"]["median"], cpu["slave"]["median"], load)
 
 
 def idle_cores(groups: list[Group], seconds: float = IDLE_SECONDS) -> dict[str, float]:

@@ -42,5 +42,11 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return a / b
 
 
+def replica_ceiling_of(master: float, slave: float, load: float) -> float | None:
+    """DLEDGER / SYNC with every core busy if a three-peer group cost a SYNC pair's master plus
+    two of its slaves: (M + S + L) / (M + 2S + L), CPU us per message, L the load generator's."""
+    return ratio(master + slave + load, master + 2 * slave + load)
+
+
 def median_of(entry: dict[str, Any] | None) -> float | None:
     return None if entry is None else entry.get("median")
