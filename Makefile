@@ -30,8 +30,10 @@ lint: setup  ## ruff and mypy over every package
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy $(PACKAGES)
 
-unit: setup cluster-build java-setup promtool  ## unit and integration tests (real brokers, a real apiserver, helm, promtool, real RocketMQ)
-	$(PY) -m pytest -q tests
+# the 15 slowest tests of each pass are listed (a suite that creeps toward CI's limit shows where)
+PYTEST_ARGS ?= --durations=15
+unit: setup cluster-deps java-setup  ## unit and integration tests (real brokers, a real apiserver, helm, promtool, real RocketMQ); the cluster binaries build meanwhile
+	PY=$(PY) bash tools/unit-tests.sh $(PYTEST_ARGS)
 
 check: lint unit  ## everything but the cluster: lint, unit, integration, chart and apiserver tests
 

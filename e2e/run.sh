@@ -49,7 +49,7 @@ watcher=$!
 KUBECONFIG="$E2E_DIR/.cluster/kubeconfig" \
   E2E_POD_NETWORK_NETNS=/run/netns/bg-e2e-cp \
   E2E_NODE_CTL="bash $E2E_DIR/cluster/node.sh" \
-  "$PYTHON" -m pytest "$E2E_DIR/tests" "$@" || rc=$?
+  "$PYTHON" -m pytest --durations=10 "$E2E_DIR/tests" "$@" || rc=$?
 echo "e2e: tests $((SECONDS - t))s"
 kill "$watcher" 2>/dev/null || true
 wait "$watcher" 2>/dev/null || true

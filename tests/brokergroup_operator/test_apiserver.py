@@ -30,9 +30,8 @@ PEERING_CRD = ROOT / "crds" / "kopf.dev_peerings.yaml"
 RBAC = ROOT / "operator" / "deploy" / "rbac.yaml"
 NS = "bgtest"
 
-pytestmark = pytest.mark.skipif(
-    kubeapi.find_bin_dir() is None, reason="no kube-apiserver/etcd binaries (BROKERGROUP_KUBE_BIN)"
-)
+# the binaries of `make cluster-build`: `make unit` runs these tests after building them
+pytestmark = pytest.mark.cluster_bins
 
 
 # ConfigMap, 4 Services (master, slave, client, namesrv), 2 StatefulSets, PodDisruptionBudget
@@ -41,9 +40,7 @@ CHILDREN = 8
 
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kubeapi.ApiServer]:
-    bin_dir = kubeapi.find_bin_dir()
-    assert bin_dir is not None
-    server = kubeapi.start(tmp_path_factory.mktemp("apiserver"), bin_dir)
+    server = kubeapi.start(tmp_path_factory.mktemp("apiserver"), kubeapi.require_bin_dir())
     try:
         server.kubectl("apply", "-f", str(CRD))
         server.kubectl(

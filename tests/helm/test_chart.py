@@ -33,6 +33,9 @@ PEERING_CRD = ROOT / "crds" / "kopf.dev_peerings.yaml"
 RBAC = ROOT / "operator" / "deploy" / "rbac.yaml"
 LOCAL_BIN = ROOT / "e2e" / ".cluster" / "bin"
 
+# helm, kube-apiserver and etcd from `make cluster-build`: `make unit` runs these tests after it
+pytestmark = pytest.mark.cluster_bins
+
 
 def _missing(what: str) -> None:
     message = (
@@ -444,11 +447,7 @@ def test_values_schema_rejects(helm: str, args: list[str], message: str) -> None
 # -- validated by a real kube-apiserver ------------------------------------------------------
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kubeapi.ApiServer]:
-    bin_dir = kubeapi.find_bin_dir()
-    if bin_dir is None:
-        _missing("no kube-apiserver/etcd binaries")
-    assert bin_dir is not None
-    server = kubeapi.start(tmp_path_factory.mktemp("apiserver"), bin_dir)
+    server = kubeapi.start(tmp_path_factory.mktemp("apiserver"), kubeapi.require_bin_dir())
     try:
         server.kubectl("apply", "--server-side", "-f", str(CRD), "-f", str(PEERING_CRD))
         server.kubectl(

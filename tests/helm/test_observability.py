@@ -30,6 +30,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helm.test_chart import CHART, LOCAL_BIN, by_kind, env_of, helm, render
 
+# helm and promtool from `make cluster-build` / `make promtool`: `make unit` runs these after them
+pytestmark = pytest.mark.cluster_bins
+
 __all__ = ["helm"]  # the fixture, used by name
 
 RULES = CHART / "rules" / "brokergroup.rules.yaml"
