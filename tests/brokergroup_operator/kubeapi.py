@@ -15,7 +15,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
 from habroker.local import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,9 +34,11 @@ def find_bin_dir() -> Path | None:
 def require_bin_dir() -> Path:
     """:func:`find_bin_dir`, or the test fails under ``CI=true`` (``make unit`` builds the
     binaries: they are the suite's own prerequisite) and skips elsewhere, saying how to get
-    them."""
+    them. (pytest is imported here: bench/operator_scale.py uses this module without it.)"""
     found = find_bin_dir()
     if found is None:
+        import pytest
+
         message = (
             "no kube-apiserver/etcd binaries: run `make cluster-build` (builds them into "
             f"{ROOT / 'e2e' / '.cluster' / 'bin'}) or set BROKERGROUP_KUBE_BIN"
