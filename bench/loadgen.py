@@ -77,21 +77,21 @@ def remoting_send(topic: str, queue_id: int, body: bytes, count: int, queues: in
     return RemotingCommand.request(code, header, payload).encode_bytes()
 
 
-def remoting_code(frame: bytes | bytearray) -> int:
+def remoting_code(frame: bytes | bytearray | memoryview) -> int:
     """The response code of one whole remoting frame (length prefix included), JSON or ROCKETMQ
     serialization."""
     (mark,) = _I32.unpack_from(frame, 4)
     if mark >> 24 == 1:  # ROCKETMQ binary header: code is the first int16
         return int(_I16.unpack_from(frame, 8)[0])
-    header_len = mark & 0xFFFFFF
-    at = frame.find(b'"code":', 8, 8 + header_len)
+    header = bytes(frame[8 : 8 + (mark & 0xFFFFFF)])
+    at = header.find(b'"code":')
     if at < 0:
         raise ValueError("remoting response without a code")
     at += 7
     stop = at
-    while frame[stop] in b"-0123456789":
+    while header[stop] in b"-0123456789":
         stop += 1
-    return int(frame[at:stop])
+    return int(header[at:stop])
 
 
 def resp_command(*args: bytes | str) -> bytes:
@@ -145,12 +145,26 @@ class WorkerResult:
 
 
 class _Conn:
-    __slots__ = ("buf", "code", "count", "done", "head", "pos", "request", "sent", "sock")
+    __slots__ = (
+        "buf",
+        "code",
+        "count",
+        "done",
+        "have",
+        "head",
+        "pos",
+        "request",
+        "sent",
+        "sock",
+        "view",
+    )
 
     def __init__(self, sock: socket.socket, request: bytes) -> None:
         self.sock = sock
         self.request = request
         self.buf = bytearray()
+        self.view = memoryview(bytearray(RECV_SIZE))  # remoting: frames are read into this
+        self.have = 0  # bytes of ``view`` filled
         self.pos = 0
         self.count = 0
         self.sent = 0
@@ -188,20 +202,35 @@ def merge_counts(counts: Iterable[dict[str, int]]) -> dict[str, int]:
     return total
 
 
-def _remoting_complete(conn: _Conn) -> bool | None:
-    """None: incomplete; else True if the response code is SUCCESS (0)."""
-    buf = conn.buf
-    if len(buf) < 4:
+def _remoting_recv(conn: _Conn) -> bool | None:
+    """Reads what the socket has straight into the connection's frame buffer (one copy from the
+    kernel: a pull's megabyte answer must not cost the generator more than the broker);
+    None: incomplete; else True if the response code is SUCCESS (0)."""
+    view = conn.view
+    n = conn.sock.recv_into(view[conn.have :])
+    if n == 0:
+        raise ConnectionError("the server closed the connection")
+    conn.have += n
+    if conn.have < 4:
         return None
-    (length,) = _I32.unpack_from(buf, 0)
-    if len(buf) < 4 + length:
+    total = 4 + _I32.unpack_from(view, 0)[0]
+    if total > len(view):  # a bigger frame than any before: room for it, kept from now on
+        grown = memoryview(bytearray(total))
+        grown[: conn.have] = view[: conn.have]
+        conn.view = grown
         return None
-    code = remoting_code(buf)
+    if conn.have < total:
+        return None
+    frame = view[:total]
+    code = remoting_code(frame)
     ok = code == 0
     if not ok:
         conn.code = str(code)
-        conn.head = bytes(buf[8 : 8 + min(length - 4, 300)]).decode("utf-8", "replace")
-    del buf[: 4 + length]
+        conn.head = bytes(frame[8 : min(total, 308)]).decode("utf-8", "replace")
+    rest = conn.have - total
+    if rest:  # one request is outstanding per connection, so this is rare
+        view[:rest] = view[total : conn.have]
+    conn.have = rest
     return ok
 
 
@@ -289,16 +318,17 @@ def _drive(conns: list[_Conn], job: Job, until: float, record: WorkerResult | No
         for key, _ in events:
             i = key.data
             conn = conns[i]
-            data = conn.sock.recv(RECV_SIZE)
-            if not data:
-                raise ConnectionError(f"127.0.0.1:{job.port} closed the connection")
-            conn.buf += data
-            if job.kind == "http":
-                ok = _http_complete(conn)
-            elif job.kind == "remoting":
-                ok = _remoting_complete(conn)
+            if job.kind == "remoting":
+                ok = _remoting_recv(conn)
             else:
-                ok = _resp_complete(conn, job.replies_per_request, job.expect_wait)
+                data = conn.sock.recv(RECV_SIZE)
+                if not data:
+                    raise ConnectionError(f"127.0.0.1:{job.port} closed the connection")
+                conn.buf += data
+                if job.kind == "http":
+                    ok = _http_complete(conn)
+                else:
+                    ok = _resp_complete(conn, job.replies_per_request, job.expect_wait)
             if ok is None:
                 continue
             conn.done += 1

@@ -65,6 +65,12 @@ def main(argv: list[str] | None = None) -> int:
         help="with --face remoting: profile PULL_MESSAGE (as module rocketmq) instead of produce, "
         "--producers consumers",
     )
+    p.add_argument(
+        "--pull-max",
+        type=int,
+        default=32,
+        help="with --pull: messages per PULL_MESSAGE (module rocketmq pulls 32 and 1024)",
+    )
     p.add_argument("--out-dir", type=Path, default=common.RESULTS_DIR)
     args = p.parse_args(argv)
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
@@ -96,12 +102,13 @@ def main(argv: list[str] | None = None) -> int:
                 from bench import rocketmq
 
                 run = rocketmq.Running(args.mode.upper(), group, 0, 0, None)
-                rocketmq.pull_backlog(run, systems=("habroker",))
+                rocketmq.pull_backlog(run, systems=("habroker",), sizes=(args.pull_max,))
                 job.kind = "remoting"
                 job.port = int(group.master.config["listenPort"])
-                job.messages_per_request = rocketmq.PULL_MAX
+                job.messages_per_request = args.pull_max
                 job.requests = [
-                    rocketmq.pull_frame(i % rocketmq.PULL_QUEUES) for i in range(args.producers)
+                    rocketmq.pull_frame(i % rocketmq.PULL_QUEUES, max_nums=args.pull_max)
+                    for i in range(args.producers)
                 ]
             elif args.face == "remoting":
                 job.kind = "remoting"
@@ -124,14 +131,16 @@ def main(argv: list[str] | None = None) -> int:
             if not raw.exists():
                 continue
             face = "_remoting" if args.face == "remoting" else ""
-            face += "_pull" if args.pull else ""
+            face += (
+                (f"_pull{args.pull_max}" if args.pull_max != 32 else "_pull") if args.pull else ""
+            )
             path = (
                 args.out_dir / f"profile{face}_{args.mode}{'' if args.pull else f'_b{args.batch}'}"
                 f"_p{args.producers}_{role}.txt"
             )
             head = (
                 f"habroker {args.mode.upper()} {role}, "
-                f"{'pull 32 per PULL_MESSAGE' if args.pull else f'produce batch {args.batch}'} over "
+                f"{f'pull {args.pull_max} per PULL_MESSAGE' if args.pull else f'produce batch {args.batch}'} over "
                 f"{'the client port (remoting)' if face else 'HTTP'}, "
                 f"{args.producers} producer(s), 1 KiB bodies: {rate:,.0f} msgs/s while sampled "
                 f"(py-spy, 250 Hz)\n"

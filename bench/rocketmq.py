@@ -51,6 +51,10 @@ TOPIC = servers.TOPIC
 QUEUES = servers.QUEUES
 PULL_TOPIC = "benchpull"
 PULL_MAX = 32  # messages per PULL_MESSAGE (the Java consumer's default pullBatchSize)
+#: the large pulls: DefaultMQPushConsumer's largest pullBatchSize (it refuses more than 1024)
+PULL_MAX_LARGE = 1024
+PULL_SIZES = (PULL_MAX, PULL_MAX_LARGE)
+PULL_BACKLOG = 1024  # messages in each pulled queue, sent as batches of 256
 PULL_QUEUES = 4
 FLAG_SUBSCRIPTION = 0x4  # PullSysFlag: the request carries its subscription
 #: Store settings given to both brokers explicitly (habroker's and RocketMQ 4.9's defaults):
@@ -97,6 +101,10 @@ BROKER_EXTRA: dict[str, Any] = {
     "autoCreateTopicEnable": True,
     "autoCreateSubscriptionGroup": True,
     "defaultTopicQueueNums": QUEUES,
+    # a pull from memory answers at most 32 messages / 256 KiB by default: the large pulls
+    # need room for PULL_MAX_LARGE (habroker answers up to maxMsgNums and 4 MiB)
+    "maxTransferCountOnMessageInMemory": PULL_MAX_LARGE,
+    "maxTransferBytesOnMessageInMemory": 4 * 1024 * 1024,
 }
 MASTER_PORT = 10911  # inside the namespace: the usual ports are free
 SLAVE_PORT = 10921
@@ -426,12 +434,15 @@ def pull_frame(queue_id: int, offset: int = 0, max_nums: int = PULL_MAX) -> byte
 
 
 def pull_backlog(
-    run: Running, systems: tuple[str, ...] = ("habroker", "rocketmq")
-) -> dict[str, int]:
-    """Each of the pull topic's first queues gets 256 messages on both brokers; checks that a
-    pull of PULL_MAX from offset 0 answers FOUND with at least PULL_MAX KiB of body."""
+    run: Running,
+    systems: tuple[str, ...] = ("habroker", "rocketmq"),
+    sizes: tuple[int, ...] = PULL_SIZES,
+) -> dict[str, dict[int, int]]:
+    """Each of the pull topic's first queues gets PULL_BACKLOG messages on both brokers; checks
+    that a pull of each of ``sizes`` from offset 0 answers FOUND with at least that many KiB of
+    body; the answers' sizes, by system and pull size."""
     body = common.payload()
-    out: dict[str, int] = {}
+    out: dict[str, dict[int, int]] = {}
     status, text = run.habroker.master.request(
         "POST",
         "/v1/topics",
@@ -442,25 +453,29 @@ def pull_backlog(
     for system in systems:
         for queue in range(PULL_QUEUES):
             frame = loadgen.remoting_send(PULL_TOPIC, queue, body, 256)
-            code, answer = _invoke(run.port(system), frame)
-            if code != 0:
-                raise RuntimeError(f"{system}: backlog send refused: {code} {answer[8:300]!r}")
-        code, answer = _invoke(run.port(system), pull_frame(0))
-        if code != 0 or len(answer) < PULL_MAX * common.BODY_SIZE:
-            raise RuntimeError(
-                f"{system}: pull of {PULL_MAX} from offset 0 answered code {code}, "
-                f"{len(answer)} bytes: {answer[8:300]!r}"
-            )
-        out[system] = len(answer)
+            for _ in range(PULL_BACKLOG // 256):
+                code, answer = _invoke(run.port(system), frame)
+                if code != 0:
+                    raise RuntimeError(f"{system}: backlog send refused: {code} {answer[8:300]!r}")
+        out[system] = {}
+        for size in sizes:
+            code, answer = _invoke(run.port(system), pull_frame(0, max_nums=size))
+            if code != 0 or len(answer) < size * common.BODY_SIZE:
+                raise RuntimeError(
+                    f"{system}: pull of {size} from offset 0 answered code {code}, "
+                    f"{len(answer)} bytes: {answer[8:300]!r}"
+                )
+            out[system][size] = len(answer)
     return out
 
 
 def pull_cells(run: Running, settings: common.Settings) -> list[dict[str, Any]]:
-    """1 and PULL_QUEUES consumers, each pulling PULL_MAX from its queue's start again and again
-    (the same pre-encoded PULL_MESSAGE: both brokers serve the same page-cache-hot bytes)."""
+    """For each pull size, 1 and PULL_QUEUES consumers, each pulling that many messages from its
+    queue's start again and again (the same pre-encoded PULL_MESSAGE: both brokers serve the
+    same page-cache-hot bytes)."""
     sizes = pull_backlog(run)
     cells: list[dict[str, Any]] = []
-    for consumers in (1, PULL_QUEUES):
+    for size, consumers in ((s, c) for s in PULL_SIZES for c in (1, PULL_QUEUES)):
         runs: dict[str, list[float]] = {"habroker": [], "rocketmq": []}
         for rep in range(settings.reps):
             order = ["habroker", "rocketmq"] if rep % 2 == 0 else ["rocketmq", "habroker"]
@@ -468,8 +483,8 @@ def pull_cells(run: Running, settings: common.Settings) -> list[dict[str, Any]]:
                 job = loadgen.Job(
                     "remoting",
                     run.port(system),
-                    [pull_frame(i % PULL_QUEUES) for i in range(consumers)],
-                    PULL_MAX,
+                    [pull_frame(i % PULL_QUEUES, max_nums=size) for i in range(consumers)],
+                    size,
                     duration=settings.duration,
                     warmup=settings.warmup,
                     processes=min(consumers, 4),
@@ -484,8 +499,8 @@ def pull_cells(run: Running, settings: common.Settings) -> list[dict[str, Any]]:
                     "mode": run.mode,
                     "system": system,
                     "consumers": consumers,
-                    "max_per_pull": PULL_MAX,
-                    "response_bytes": sizes[system],
+                    "max_per_pull": size,
+                    "response_bytes": sizes[system][size],
                     "msgs_per_s": summary(rates),
                     "mb_per_s": summary([r * common.BODY_SIZE / 1e6 for r in rates]),
                 }

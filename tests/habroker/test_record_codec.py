@@ -25,6 +25,7 @@ from habroker.message import (
 )
 from habroker.store import native
 from habroker.store.commit_log import encode_records_py
+from habroker.store.consume_queue import BLANK_UNIT, UNIT, walk_units_py
 from habroker.store.values import BatchEntry
 from habroker.wire import BadBatch, decode_batch_py, encode_batch, encode_entry
 from hypothesis import given, settings
@@ -202,6 +203,86 @@ def test_pack_index_units_packs_the_python_loops_bytes(
     assert len(packed) == 32 * len(units)
     with pytest.raises(ValueError, match="positions"):
         codec.pack_index_units([*positions, 0], sizes, first, term, magic)
+
+
+_units = st.lists(
+    st.tuples(
+        st.integers(0, 3),  # gap before the record (0: back to back with the one before)
+        st.integers(1, 60),  # record size
+        st.integers(0, 3),  # tagsCode
+        st.booleans(),  # a BLANK filler unit instead
+    ),
+    max_size=60,
+)
+
+
+def _pack_units(spec: list[tuple[int, int, int, bool]], file_size: int) -> bytes:
+    """Units of records laid out as a commit log lays them: none across a file end."""
+    out, phys = [], 0
+    for gap, size, tags, blank in spec:
+        if blank:
+            out.append(BLANK_UNIT)
+            continue
+        phys += gap
+        if phys // file_size != (phys + size - 1) // file_size:
+            phys += file_size - phys % file_size
+        out.append(UNIT.pack(phys, size, tags))
+        phys += size
+    return b"".join(out)
+
+
+@needs_codec
+@settings(max_examples=400, deadline=None)
+@given(
+    _units,
+    st.integers(0, 60),  # where the units split between two consume-queue files
+    st.integers(1, 40),  # maxMsgNums
+    st.integers(1, 900),  # max bytes
+    st.integers(0, 300),  # the commit log's min offset
+    st.sampled_from([64, 200, 1 << 30]),  # commit-log file size
+    st.integers(0, 70),  # units examined at most
+    st.one_of(st.none(), st.frozensets(st.integers(0, 3))),
+)
+def test_walk_units_takes_the_runs_the_python_walk_takes(
+    spec: list[tuple[int, int, int, bool]],
+    split: int,
+    max_msgs: int,
+    max_bytes: int,
+    min_phy: int,
+    file_size: int,
+    examine: int,
+    tags_codes: frozenset[int] | None,
+) -> None:
+    """A pull's walk over consume-queue units, across two files: the same runs, the same
+    fullness and the same state to go on from as the Python loop, and within the pull's
+    limits."""
+    assert codec is not None
+    units = _pack_units(spec, file_size)
+    cut = min(split, len(spec)) * UNIT.size
+    answers = []
+    for walk in (codec.walk_units, walk_units_py):
+        runs: list[tuple[int, int, int]] = []
+        state: tuple[int, int, int, int, int, int, int, int] = (5, 0, 0, 0, -1, -1, -1, 0)
+        full = False
+        for chunk in (units[:cut], units[cut:]):
+            if not full:
+                full, state = walk(
+                    memoryview(chunk), state, 5 + examine, max_msgs, max_bytes, min_phy,
+                    file_size, tags_codes, runs,
+                )  # fmt: skip
+        answers.append((full, state, runs))
+    assert answers[0] == answers[1]
+    full, state, runs = answers[0]
+    if state[7]:
+        runs = [*runs, (state[4], state[5], state[7])]
+    taken = sum(n for _, _, n in runs)
+    assert taken <= max_msgs
+    assert state[0] - 5 <= min(examine, len(spec))
+    if taken > 1:
+        assert sum(end - start for start, end, _ in runs) <= max_bytes
+    for start, end, _ in runs:
+        assert start >= min_phy
+        assert start // file_size == (end - 1) // file_size  # never across a file end
 
 
 @needs_codec

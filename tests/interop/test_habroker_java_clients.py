@@ -138,6 +138,25 @@ def test_consumer_restarts_from_its_committed_offset(group: JavaGroup) -> None:
     assert again == Counter(dict.fromkeys(second, 1)), "restarted consumer re-read or skipped"
 
 
+def test_java_lite_pull_of_1024_messages_a_pull(group: JavaGroup) -> None:
+    """pullBatchSize 1024, the Java client's largest: answers of over a megabyte (habroker sends
+    those from the commit log with sendfile) decode in the Java client, byte for byte."""
+    ns, topic = group.ns, "T-large-pull"
+    create_topic(ns, topic, 1, namesrv=group.namesrv)
+    sends = sent_ids(
+        produce(ns, topic, "--count", "1500", "--mode", "batch", "--batch", "100",
+                "--size", "1000", "--id-prefix", "lp-", namesrv=group.namesrv)
+    )  # fmt: skip
+    assert len(sends) == 1500
+    events = run_driver(ns, V4, "lite-pull", "--namesrv", group.namesrv, "--topic", topic,
+                        "--group", "g-large-pull", "--batch-size", "1024", "--expect", "1500",
+                        "--timeout-s", "60")  # fmt: skip
+    messages = events_of(events, "message")
+    assert Counter(m["id"] for m in messages) == Counter(dict.fromkeys(sends, 1))
+    assert all(m["sha256"] == sends[m["id"]]["sha"] for m in messages)
+    assert [m["queueOffset"] for m in messages] == list(range(1500))
+
+
 def test_mqadmin_status_progress_and_message_lookup(group: JavaGroup) -> None:
     ns, topic, grp = group.ns, "T-admin2", "g-admin2"
     create_topic(ns, topic, 2, namesrv=group.namesrv)

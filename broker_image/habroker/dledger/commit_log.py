@@ -25,7 +25,7 @@ from habroker.store.commit_log import CommitLog
 from habroker.store.dispatcher import ReputMessageService, UnitsDispatch
 from habroker.store.errors import StoreNotWritable
 from habroker.store.native import parse_record
-from habroker.store.values import BatchEntry, SelectedRegion
+from habroker.store.values import BatchEntry, FilePosition, SelectedRegion
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +121,11 @@ class DLedgerCommitLog(CommitLog):
         if data is None or len(data) < size:
             return None
         return memoryview(data)
+
+    def read_located(self, offset: int, size: int) -> tuple[memoryview, FilePosition | None] | None:
+        view = self.read(offset, size)
+        # records lie between entry headers here: each is its own run, not worth a sendfile
+        return None if view is None else (view, None)
 
     def select_region(self, offset: int) -> SelectedRegion | None:
         return None  # classic HA does not run in DLedger mode

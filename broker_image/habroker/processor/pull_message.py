@@ -138,6 +138,7 @@ class PullMessageProcessor:
         )
         if code == ResponseCode.SUCCESS and result.records:
             response.body_parts = result.records
+            response.body_files = result.files
             broker.stats.pull_bytes += result.buffer_total_size
         return response
 

@@ -10,16 +10,29 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable
-from typing import Protocol, cast
+import os
+import socket
+from collections.abc import Callable, Sequence
+from typing import BinaryIO, Protocol, cast
 
-from habroker.remoting.command import FRAME_MAX_LENGTH, BadFrame, FrameReader, RemotingCommand
+from habroker.remoting.command import (
+    FRAME_MAX_LENGTH,
+    BadFrame,
+    Body,
+    FrameReader,
+    RemotingCommand,
+)
 
 log = logging.getLogger(__name__)
 
 _opaques = itertools.count(1)
 # pause reading from a peer while this much of our answers to it is still unsent
 HIGH_WATER = 8 * 1024 * 1024
+#: a body at least this large that lies in files (a pull of many messages) is sent with
+#: ``sendfile`` when nothing of ours is queued: the kernel takes the page-cache pages without a
+#: copy through this process (bench/analysis.md, "large pulls"). Smaller ones cost less as the
+#: transport's one ``writev``.
+SENDFILE_MIN_BODY = 256 * 1024
 
 
 class RemotingError(Exception):
@@ -57,12 +70,17 @@ class Channel(asyncio.BufferedProtocol):
         self.closed = asyncio.get_running_loop().create_future()
         self._write_paused = False
         self._drained: asyncio.Future[None] | None = None
+        self._raw: tuple[int, int] | None = None  # the socket's family and descriptor
 
     # -- asyncio.BufferedProtocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # a stream transport (uvloop's are not subclasses of asyncio.Transport: no isinstance)
         self.transport = cast(asyncio.Transport, transport)
         self.transport.set_write_buffer_limits(high=HIGH_WATER)
+        raw = transport.get_extra_info("socket")
+        if raw is not None and transport.get_extra_info("ssl_object") is None:
+            # plain TCP: large file-backed bodies may bypass the transport (_send_direct)
+            self._raw = (raw.family, raw.fileno())
         self.remote_address = _address(transport.get_extra_info("peername"))
         self.local_address = _address(transport.get_extra_info("sockname"))
 
@@ -127,9 +145,53 @@ class Channel(asyncio.BufferedProtocol):
         return self.transport is not None and not self.transport.is_closing()
 
     def write(self, cmd: RemotingCommand) -> None:
-        if self.transport is None or self.transport.is_closing():
+        transport = self.transport
+        if transport is None or transport.is_closing():
             return
-        self.transport.writelines(cmd.encode())
+        frames = cmd.encode()
+        if (
+            cmd.body_files is not None
+            and self._raw is not None
+            and transport.get_write_buffer_size() == 0
+            and sum(len(part) for part in frames) >= SENDFILE_MIN_BODY
+        ):
+            frames = self._send_direct(frames, cmd.body_files)
+            if not frames:
+                return
+        transport.writelines(frames)
+
+    def _send_direct(self, frames: list[Body], files: Sequence[tuple[BinaryIO, int]]) -> list[Body]:
+        """Writes the frame's header (held back with MSG_MORE) and then its body parts with
+        ``os.sendfile`` from their files, straight to the socket, as far as it takes them now;
+        returns what is left, for the transport to queue behind. Only called with the
+        transport's queue empty, so nothing it holds can be overtaken. A part whose file
+        retention has closed meanwhile goes from its view (which keeps the bytes mapped)."""
+        assert self._raw is not None
+        family, fd = self._raw
+        head, parts = frames[0], frames[1:]
+        sock = socket.socket(family, socket.SOCK_STREAM, 0, fd)  # borrows fd: detached below
+        try:
+            try:
+                sent = sock.send(head, socket.MSG_MORE)
+            except OSError:  # EAGAIN, or a broken connection the transport will report
+                sent = 0
+            if sent < len(head):
+                return [memoryview(head)[sent:], *parts]
+            for i, (part, (file, position)) in enumerate(zip(parts, files, strict=True)):
+                if file.closed:
+                    return parts[i:]
+                size, done, in_fd = len(part), 0, file.fileno()
+                while done < size:
+                    try:
+                        n = os.sendfile(fd, in_fd, position + done, size - done)
+                    except OSError:
+                        n = 0
+                    if n <= 0:
+                        return [memoryview(part)[done:], *parts[i + 1 :]]
+                    done += n
+            return []
+        finally:
+            sock.detach()
 
     async def drain(self) -> None:
         if self._write_paused:

@@ -14,7 +14,7 @@ import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, BinaryIO
 
 import msgspec
 
@@ -76,6 +76,9 @@ class RemotingCommand:
     body: Body | None = None
     # a body made of several buffers (commit-log runs of a pull), written without joining
     body_parts: Sequence[Body] | None = None
+    # where each of body_parts lies in a file (file, position): the channel may send a large
+    # body from there with sendfile instead of from memory
+    body_files: Sequence[tuple[BinaryIO, int]] | None = None
     language: LanguageCode = LanguageCode.PYTHON
     version: int = CURRENT_VERSION
     serialize_type: SerializeType = SerializeType.JSON

@@ -1,4 +1,4 @@
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from habroker.message import DispatchTuple
 from habroker.store.values import BatchEntry
@@ -58,3 +58,14 @@ def walk_records(
 def units_match_entries(
     units: bytes | bytearray | memoryview, entries: bytes | bytearray | memoryview, magic: int
 ) -> bool: ...
+def walk_units(
+    units: bytes | bytearray | memoryview,
+    state: tuple[int, int, int, int, int, int, int, int],
+    examine_limit: int,
+    max_msgs: int,
+    max_bytes: int,
+    min_phy: int,
+    file_size: int,
+    tags_codes: Collection[int] | None,
+    runs: list[tuple[int, int, int]],
+) -> tuple[bool, tuple[int, int, int, int, int, int, int, int]]: ...

@@ -693,3 +693,63 @@ def record_sizes(
         total += record_len
         sizes[i] = record_len
     return total, sizes
+
+
+# -- a pull's walk over consume-queue units (MessageStore.get_messages) --------------------------
+cdef enum:
+    BLANK_UNIT_SIZE = 0x7FFFFFFF
+
+
+def walk_units(
+    units,
+    tuple state,
+    int64_t examine_limit,
+    int64_t max_msgs,
+    int64_t max_bytes,
+    int64_t min_phy,
+    int64_t file_size,
+    tags_codes,
+    list runs,
+):
+    """:func:`habroker.store.consume_queue.walk_units_py`, compiled: the units a pull takes,
+    gathered into commit-log runs; (full, state to go on from)."""
+    cdef const uint8_t[::1] u = memoryview(units).cast("B")
+    cdef Py_ssize_t n = u.shape[0] // CQ_UNIT, i
+    cdef int64_t index, max_phy, count, total, run_start, run_end, run_file_end, run_count
+    cdef int64_t phys, taken
+    cdef int size
+    cdef bint full = False, filtering = tags_codes is not None
+    cdef const uint8_t* p
+    index, max_phy, count, total, run_start, run_end, run_file_end, run_count = state
+    for i in range(n):
+        if index >= examine_limit:
+            full = True
+            break
+        p = &u[0] + i * CQ_UNIT
+        phys = _i64(p)
+        size = _i32(p + 8)
+        max_phy = phys
+        taken = count + run_count
+        if taken and (
+            taken >= max_msgs or total + (run_end - run_start) + size > max_bytes
+        ):
+            full = True
+            break
+        index += 1
+        if size == BLANK_UNIT_SIZE or phys < min_phy:
+            continue
+        if filtering and _i64(p + 12) not in tags_codes:
+            continue
+        if phys == run_end and phys + size <= run_file_end:
+            run_end += size
+            run_count += 1
+            continue
+        if run_count:
+            runs.append((run_start, run_end, run_count))
+            count += run_count
+            total += run_end - run_start
+        run_start = phys
+        run_end = phys + size
+        run_count = 1
+        run_file_end = phys - phys % file_size + file_size
+    return full, (index, max_phy, count, total, run_start, run_end, run_file_end, run_count)

@@ -26,7 +26,7 @@ from habroker.store import native
 from habroker.store.errors import StoreNotWritable
 from habroker.store.mapped_file import MappedFile
 from habroker.store.mapped_file_queue import MappedFileQueue
-from habroker.store.values import BatchEntry, SelectedRegion
+from habroker.store.values import BatchEntry, FilePosition, SelectedRegion
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +200,17 @@ class CommitLog:
         if pos + size > mf.wrote_position:
             return None
         return mf.view[pos : pos + size]
+
+    def read_located(self, offset: int, size: int) -> tuple[memoryview, FilePosition | None] | None:
+        """:meth:`read`, and where the bytes lie: their file and the position in it (None
+        where they are not one slice of one file)."""
+        mf = self.queue.find(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        if pos + size > mf.wrote_position:
+            return None
+        return mf.view[pos : pos + size], (mf.file, pos)
 
     def select_region(self, offset: int) -> SelectedRegion | None:
         mf = self.queue.find(offset)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import struct
+from collections.abc import Collection
 from pathlib import Path
 
 from habroker.store.errors import DamagedFile
@@ -22,6 +23,59 @@ UNIT = struct.Struct(">qiq")
 # filler for slots before a queue's first real unit (a queue that starts past index 0)
 BLANK_UNIT_SIZE = 0x7FFFFFFF
 BLANK_UNIT = UNIT.pack(0, BLANK_UNIT_SIZE, 0)
+
+
+#: a pull's walk between consume-queue files: (next index, last unit's commit-log offset,
+#: messages and bytes in closed runs, the open run's start, end, file end and message count)
+WalkState = tuple[int, int, int, int, int, int, int, int]
+#: a run: records of one queue back to back in one commit-log file, (start, end, messages)
+Run = tuple[int, int, int]
+
+
+def walk_units_py(
+    units: memoryview,
+    state: WalkState,
+    examine_limit: int,
+    max_msgs: int,
+    max_bytes: int,
+    min_phy: int,
+    file_size: int,
+    tags_codes: Collection[int] | None,
+    runs: list[Run],
+) -> tuple[bool, WalkState]:
+    """getMessage's walk over ``units`` (those of the queue from index ``state[0]``): the
+    wanted records gathered into runs, each closed run appended to ``runs``; (whether the pull
+    is full, the state to go on from in the next file). Units of retention-deleted records
+    and BLANK fillers are skipped; ``tags_codes`` filters on tagsCode. A run never crosses a
+    commit-log file end. The compiled codec's ``walk_units`` does the same (the pull's hot
+    loop: a 1024-message pull walks 1024 units)."""
+    index, max_phy, count, total, run_start, run_end, run_file_end, run_count = state
+    full = False
+    for phys, size, tags in UNIT.iter_unpack(units):
+        if index >= examine_limit:
+            full = True
+            break
+        max_phy = phys
+        taken = count + run_count
+        if taken and (taken >= max_msgs or total + (run_end - run_start) + size > max_bytes):
+            full = True
+            break
+        index += 1
+        if size == BLANK_UNIT_SIZE or phys < min_phy:
+            continue
+        if tags_codes is not None and tags not in tags_codes:
+            continue
+        if phys == run_end and phys + size <= run_file_end:
+            run_end += size
+            run_count += 1
+            continue
+        if run_count:
+            runs.append((run_start, run_end, run_count))
+            count += run_count
+            total += run_end - run_start
+        run_start, run_end, run_count = phys, phys + size, 1
+        run_file_end = phys - phys % file_size + file_size
+    return full, (index, max_phy, count, total, run_start, run_end, run_file_end, run_count)
 
 
 class ConsumeQueue:

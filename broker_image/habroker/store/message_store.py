@@ -48,7 +48,7 @@ from habroker.store.cleaner import (
     should_clean,
 )
 from habroker.store.commit_log import CommitLog, disk_used_ratio
-from habroker.store.consume_queue import BLANK_UNIT_SIZE, UNIT, ConsumeQueue
+from habroker.store.consume_queue import BLANK_UNIT_SIZE, ConsumeQueue, Run, WalkState
 from habroker.store.dispatcher import ReputMessageService
 from habroker.store.errors import (
     DamagedFile,
@@ -68,6 +68,7 @@ from habroker.store.native import unit_tags_code
 from habroker.store.values import (
     BatchEntry,
     CleanResult,
+    FilePosition,
     GetMessageResult,
     GetMessageStatus,
     PutResult,
@@ -671,63 +672,50 @@ class MessageStore:
         # Records of one queue that lie back to back in the log (a produced batch) are served
         # as one slice: one read and one buffer per run instead of per record.  A run never
         # crosses a file end (records don't; the next file starts after a BLANK).
-        records: list[memoryview | bytes] = []
-        count = 0
-        total_bytes = 0
-        max_phy_pulling = 0
-        index = offset
+        runs: list[Run] = []
+        state: WalkState = (offset, 0, 0, 0, -1, -1, -1, 0)
         examine_limit = offset + max(MAX_FILTERED_UNITS, max_msgs * 20)
         min_phy = self.commit_log.min_offset
-        read = self.commit_log.read
-        file_size = self.mapped_file_size
-        run_start = run_end = run_file_end = -1
-        run_count = 0
         found: tuple[memoryview, int] | None = first
         full = False
-
-        def flush_run() -> None:
-            nonlocal count, total_bytes
-            view = read(run_start, run_end - run_start)
-            if view is not None:
-                records.append(view)
-                count += run_count
-                total_bytes += run_end - run_start
-
         while found is not None and not full:
             units = found[0]
-            for phys, size, tags in UNIT.iter_unpack(units):
-                if index >= examine_limit:
-                    full = True
-                    break
-                max_phy_pulling = phys
-                taken = count + run_count
-                if taken and (
-                    taken >= max_msgs or total_bytes + (run_end - run_start) + size > max_bytes
-                ):
-                    full = True
-                    break
-                index += 1
-                if size == BLANK_UNIT_SIZE or phys < min_phy:
-                    continue
-                if tags_codes is not None and tags not in tags_codes:
-                    continue
-                if phys == run_end and phys + size <= run_file_end:
-                    run_end += size
-                    run_count += 1
-                    continue
-                if run_count:
-                    flush_run()
-                run_start, run_end, run_count = phys, phys + size, 1
-                run_file_end = phys - phys % file_size + file_size
+            full, state = native.walk_units(
+                units,
+                state,
+                examine_limit,
+                max_msgs,
+                max_bytes,
+                min_phy,
+                self.mapped_file_size,
+                tags_codes,
+                runs,
+            )
             units.release()
             if not full:
-                found = cq.units_from(index) if index < max_offset else None
+                found = cq.units_from(state[0]) if state[0] < max_offset else None
+        index, max_phy_pulling, _, _, run_start, run_end, _, run_count = state
         if run_count:
-            flush_run()
+            runs.append((run_start, run_end, run_count))
+        records: list[memoryview | bytes] = []
+        files: list[FilePosition] | None = []
+        count = 0
+        read = self.commit_log.read_located
+        for start, end, n in runs:
+            located = read(start, end - start)
+            if located is None:  # retention deleted its file meanwhile
+                continue
+            view, where = located
+            records.append(view)
+            count += n
+            if where is None:
+                files = None
+            elif files is not None:
+                files.append(where)
         if count:
             status = GetMessageStatus.FOUND
         return GetMessageResult(
-            status, records, index, min_offset, max_offset, max_phy_pulling, count
+            status, records, index, min_offset, max_offset, max_phy_pulling, count, files
         )
 
     def min_offset_in_queue(self, topic: str, queue_id: int) -> int:

@@ -10,11 +10,12 @@ loops even where the codec was built (to compare them, or to rule the codec out)
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 from habroker import message
+from habroker.store.consume_queue import Run, WalkState, walk_units_py
 
 if TYPE_CHECKING:
     from habroker.store.values import BatchEntry
@@ -88,6 +89,14 @@ pack_index_units: Callable[[Sequence[int], Sequence[int], int, int, int], bytes]
 )
 """A DLedger leader's index units for a batch of entries, where compiled; None where not
 (:func:`habroker.dledger.entry.pack_index_units_py` then)."""
+
+
+walk_units: Callable[
+    [memoryview, WalkState, int, int, int, int, int, Collection[int] | None, list[Run]],
+    tuple[bool, WalkState],
+] = codec.walk_units if codec is not None else walk_units_py
+"""A pull's walk over consume-queue units into commit-log runs
+(:func:`habroker.store.consume_queue.walk_units_py`), compiled where built."""
 
 
 def describe() -> str:

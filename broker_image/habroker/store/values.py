@@ -53,6 +53,10 @@ class GetMessageStatus(StrEnum):
     OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
 
 
+#: a file and a byte position in it (the file object, not its descriptor: closed is visible)
+FilePosition = tuple[BinaryIO, int]
+
+
 @dataclass(slots=True)
 class GetMessageResult:
     """A pull's answer. ``records`` are raw commit-log bytes, verbatim: each item is a run of
@@ -65,6 +69,9 @@ class GetMessageResult:
     max_offset: int
     max_phy_offset_pulling: int = 0
     message_count: int = 0
+    #: where each of ``records`` lies: its commit-log file and the position in it, so an
+    #: answer can go out with ``sendfile``; None where the records are not file slices
+    files: list[FilePosition] | None = None
 
     @property
     def buffer_total_size(self) -> int:
