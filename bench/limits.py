@@ -10,7 +10,7 @@
 * loopback: ``os.sendfile`` from a file over 127.0.0.1 TCP into a receiver process doing
   ``recv_into`` + ``os.write`` to a file (what a slave must do at the least);
 * pull transport: a request of a PULL_MESSAGE's size answered with a pull's worth of bytes
-  (32 records of a 1 KiB body) by ``os.sendfile`` from the page cache, over 127.0.0.1 TCP,
+  (32 or 1024 records of a 1 KiB body) by ``os.sendfile`` from the page cache, over 127.0.0.1 TCP,
   one answering process per connection and one asking process per consumer, no broker in
   between (what any broker's pulls pay for the transport and its wake-ups at the least).
 """
@@ -130,10 +130,11 @@ def loopback(src: Path, dst: Path, total: int) -> float:
 
 
 #: the pull transport's frames: module rocketmq's PULL_MESSAGE is 342 bytes, and its pulls of
-#: 32 messages are answered with 36.2 KB (habroker) and 36.9 KB (RocketMQ)
+#: 32 messages are answered with 36.2 KB (habroker) and 36.9 KB (RocketMQ), of 1024 with
+#: 1.15 MB and 1.17 MB: 1,130 bytes a message
 PULL_REQUEST_BYTES = 342
-PULL_ANSWER_BYTES = 36_160
-PULL_MESSAGES_PER_ANSWER = 32
+PULL_BYTES_PER_MESSAGE = 1130
+PULL_MESSAGES_PER_ANSWER = (32, 1024)  # module rocketmq's pull sizes
 PULL_CONNECTIONS = (1, 4)
 _ANSWER_HEAD = bytes(64)  # stands for the remoting header in front of a pull's body
 
@@ -148,31 +149,31 @@ def _read_exactly(conn: socket.socket, view: memoryview) -> bool:
     return True
 
 
-def _answerer(srv: socket.socket, path: str) -> None:
-    """One connection: each request is answered with a header and PULL_ANSWER_BYTES sent
+def _answerer(srv: socket.socket, path: str, answer_bytes: int) -> None:
+    """One connection: each request is answered with a header and ``answer_bytes`` sent
     from the file (page-cache hot) with ``sendfile``, walking through the file."""
     conn, _ = srv.accept()
     srv.close()
     request = memoryview(bytearray(PULL_REQUEST_BYTES))
     with conn, open(path, "rb") as f:
         fd, out = f.fileno(), conn.fileno()
-        span = os.fstat(fd).st_size - PULL_ANSWER_BYTES
+        span = os.fstat(fd).st_size - answer_bytes
         offset = 0
         while _read_exactly(conn, request):
             conn.sendall(_ANSWER_HEAD, socket.MSG_MORE)
             sent = 0
-            while sent < PULL_ANSWER_BYTES:
-                n = os.sendfile(out, fd, offset + sent, PULL_ANSWER_BYTES - sent)
+            while sent < answer_bytes:
+                n = os.sendfile(out, fd, offset + sent, answer_bytes - sent)
                 if n <= 0:
                     return
                 sent += n
-            offset = (offset + PULL_ANSWER_BYTES) % span
+            offset = (offset + answer_bytes) % span
 
 
-def _asker(port: int, seconds: float, warmup: float, out_q: Any) -> None:
+def _asker(port: int, answer_bytes: int, seconds: float, warmup: float, out_q: Any) -> None:
     """Ask, read the whole answer, ask again; answers/s after ``warmup``."""
     request = bytes(PULL_REQUEST_BYTES)
-    answer = memoryview(bytearray(len(_ANSWER_HEAD) + PULL_ANSWER_BYTES))
+    answer = memoryview(bytearray(len(_ANSWER_HEAD) + answer_bytes))
     count, start = 0, time.perf_counter()
     with socket.create_connection(("127.0.0.1", port)) as conn:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -192,20 +193,24 @@ def _asker(port: int, seconds: float, warmup: float, out_q: Any) -> None:
     out_q.put(count / elapsed if measuring and elapsed > 0 else 0.0)
 
 
-def pull_transport(src: Path, connections: int, seconds: float, warmup: float) -> float:
-    """Answers/s over ``connections`` at once: the bare transport a pull rides on."""
+def pull_transport(
+    src: Path, messages: int, connections: int, seconds: float, warmup: float
+) -> float:
+    """Answers/s over ``connections`` at once, each answer ``messages`` messages' worth of
+    bytes: the bare transport a pull rides on."""
+    answer_bytes = messages * PULL_BYTES_PER_MESSAGE
     ctx = mp.get_context("fork")
     out_q = ctx.Queue()
     with socket.create_server(("127.0.0.1", 0), backlog=connections) as srv:
         port = srv.getsockname()[1]
         answerers = [
-            ctx.Process(target=_answerer, args=(srv, str(src)), daemon=True)
+            ctx.Process(target=_answerer, args=(srv, str(src), answer_bytes), daemon=True)
             for _ in range(connections)
         ]
         for proc in answerers:
             proc.start()
     askers = [
-        ctx.Process(target=_asker, args=(port, seconds, warmup, out_q), daemon=True)
+        ctx.Process(target=_asker, args=(port, answer_bytes, seconds, warmup, out_q), daemon=True)
         for _ in range(connections)
     ]
     try:
@@ -229,7 +234,9 @@ def run(settings: common.Settings) -> dict[str, Any]:
         loop: list[float] = []
         read: list[float] = []
         fsync: list[float] = []
-        answers: dict[int, list[float]] = {c: [] for c in PULL_CONNECTIONS}
+        answers: dict[tuple[int, int], list[float]] = {
+            (m, c): [] for m in PULL_MESSAGES_PER_ANSWER for c in PULL_CONNECTIONS
+        }
         src = work / "loopback-src"
         total = settings.limit_bytes
         with open(src, "wb") as f:  # in the page cache, as a master's recent log is
@@ -245,9 +252,9 @@ def run(settings: common.Settings) -> dict[str, Any]:
             )
             loop.append(loopback(src, work / "loopback-dst", total))
             read.append(seq_read(src))
-            for conns in PULL_CONNECTIONS:
-                answers[conns].append(
-                    pull_transport(src, conns, settings.duration, settings.warmup)
+            for messages, conns in answers:
+                answers[messages, conns].append(
+                    pull_transport(src, messages, conns, settings.duration, settings.warmup)
                 )
             fsync.extend(fdatasync_latency(work / "fsync", settings.fsync_samples, body))
         for batch, values in raw.items():
@@ -257,17 +264,22 @@ def run(settings: common.Settings) -> dict[str, Any]:
         result["seq_read_32KiB"] = summary([v / 1e6 for v in read])
         result["pull_transport"] = {
             "request_bytes": PULL_REQUEST_BYTES,
-            "answer_bytes": PULL_ANSWER_BYTES,
-            "messages_per_answer": PULL_MESSAGES_PER_ANSWER,
-            # MB/s of payload, as the pull cells count theirs (1 KiB a message)
-            "connections": {
-                str(c): {
-                    "answers_per_s": summary(v),
-                    "mb_per_s": summary(
-                        [a * PULL_MESSAGES_PER_ANSWER * common.BODY_SIZE / 1e6 for a in v]
-                    ),
+            # by messages per answer; MB/s of payload, as the pull cells count theirs (1 KiB a
+            # message)
+            "answers": {
+                str(m): {
+                    "answer_bytes": m * PULL_BYTES_PER_MESSAGE,
+                    "connections": {
+                        str(c): {
+                            "answers_per_s": summary(answers[m, c]),
+                            "mb_per_s": summary(
+                                [a * m * common.BODY_SIZE / 1e6 for a in answers[m, c]]
+                            ),
+                        }
+                        for c in PULL_CONNECTIONS
+                    },
                 }
-                for c, v in answers.items()
+                for m in PULL_MESSAGES_PER_ANSWER
             },
         }
         result["fdatasync_ms"] = {k: v * 1000 for k, v in percentiles(fsync, (50, 99)).items()}

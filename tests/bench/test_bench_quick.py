@@ -57,9 +57,13 @@ def test_quick_run(tmp_path: Path) -> None:
         assert cell["not_ok_requests"] == 0, cell
     limits = json.loads((results / "limits.json").read_text())
     assert limits["seq_read_32KiB"]["median"] > 0
-    for conns in ("1", "4"):
-        assert limits["pull_transport"]["connections"][conns]["answers_per_s"]["median"] > 0
-    assert "pull transport: 342 B request" in text
+    for messages in ("32", "1024"):
+        answers = limits["pull_transport"]["answers"][messages]
+        assert answers["answer_bytes"] == int(messages) * 1130
+        for conns in ("1", "4"):
+            assert answers["connections"][conns]["answers_per_s"]["median"] > 0
+    assert "pull transport: 342 B request → 36,160 B" in text
+    assert "pull transport: 342 B request → 1,157,120 B" in text
     assert "| sequential read, 32 KiB reads (page cache) |" in text
     lag = json.loads((results / "lag.json").read_text())
     assert lag["systems"]["habroker_async"]["runs"][0]["samples"] > 0
@@ -82,14 +86,18 @@ def test_quick_run(tmp_path: Path) -> None:
 def test_pulls_are_held_against_the_sequential_read_limit_of_the_run() -> None:
     from bench.report import goals
 
-    pull = {"mode": "ASYNC", "system": "habroker", "consumers": 4, "mb_per_s": {"median": 90.0}}
+    small = {"mode": "ASYNC", "system": "habroker", "consumers": 4, "max_per_pull": 32}
+    large = {**small, "max_per_pull": 1024, "mb_per_s": {"median": 2000.0}}
+    small["mb_per_s"] = {"median": 90.0}
     results = {
         "limits": {"seq_read_32KiB": {"median": 6000.0}},
-        "rocketmq": {"modes": {"ASYNC": {"cells": [], "pull": [pull]}}},
+        "rocketmq": {"modes": {"ASYNC": {"cells": [], "pull": [small, large]}}},
     }
     rows = {g["goal"]: g for g in goals(results)}
-    row = rows["issue 17: pull (PULL_MESSAGE) / sequential read limit, 4 consumer(s)"]
+    row = rows["issue 17: pull (PULL_MESSAGE, 32 a pull) / sequential read limit, 4 consumer(s)"]
     assert row["value"] == 90.0 / 6000.0 and row["target"] == 0.3 and row["met"] is False
+    row = rows["issue 17: pull (PULL_MESSAGE, 1024 a pull) / sequential read limit, 4 consumer(s)"]
+    assert row["value"] == 2000.0 / 6000.0 and row["met"] is True
     del results["limits"]
     rows = {g["goal"]: g for g in goals(results)}
     assert rows["issue 17: pull (PULL_MESSAGE) / sequential read limit"]["value"] is None
@@ -99,32 +107,42 @@ def test_pulls_are_set_beside_the_bare_pull_transport_of_the_run() -> None:
     from bench.report import rocketmq_section
     from bench.stats import summary
 
-    def cell(system: str, mb: float) -> dict[str, object]:
+    def cell(system: str, per_pull: int, mb: float) -> dict[str, object]:
         return {
             "mode": "ASYNC",
             "system": system,
             "consumers": 4,
+            "max_per_pull": per_pull,
             "msgs_per_s": summary([mb * 1e6 / 1024]),
             "mb_per_s": summary([mb]),
             "ratio_to_rocketmq": 1.25,
         }
 
-    data = {"modes": {"ASYNC": {"cells": [], "pull": [cell("habroker", 500.0)]}}}
+    pulls = [cell("habroker", 32, 500.0), cell("habroker", 1024, 3000.0)]
+    data = {"modes": {"ASYNC": {"cells": [], "pull": pulls}}}
+
+    def transport(answers: float, mb: float) -> dict[str, object]:
+        return {"4": {"answers_per_s": summary([answers]), "mb_per_s": summary([mb])}}
+
     limits = {
         "seq_read_32KiB": {"median": 8000.0},
         "pull_transport": {
             "request_bytes": 342,
-            "answer_bytes": 36160,
-            "messages_per_answer": 32,
-            "connections": {
-                "4": {"answers_per_s": summary([61035.0]), "mb_per_s": summary([2000.0])}
+            "answers": {
+                "32": {"answer_bytes": 36160, "connections": transport(61035.0, 2000.0)},
+                "1024": {"answer_bytes": 1157120, "connections": transport(4768.0, 5000.0)},
             },
         },
     }
     text = "\n".join(rocketmq_section(data, limits))
-    # 500 MB/s of pulls against a 2,000 MB/s bare transport; the transport is 0.25x the read limit
-    assert "| habroker | 4 |" in text and "| 1.25x | 0.25x |" in text
-    assert "4 connection(s) 61,035 answers/s = 2,000 MB/s of payload, 0.25x the" in text
+    # each pull size against the bare transport of its own answer size and the read limit:
+    # 500 / 2,000 and 500 / 8,000 MB/s; 3,000 / 5,000 and 3,000 / 8,000 MB/s
+    assert "| habroker | 32 | 4 |" in text and "| 1.25x | 0.25x | 0.06x |" in text
+    assert "| habroker | 1024 | 4 |" in text and "| 1.25x | 0.60x | 0.38x |" in text
+    assert (
+        "(36,160 bytes), 4 connection(s): 61,035 answers/s = 2,000 MB/s of payload, 0.25x" in text
+    )
+    assert "(1,157,120 bytes), 4 connection(s): 4,768 answers/s = 5,000 MB/s" in text
     # without the limits module the column stays, empty, and no sentence is made up
     bare = "\n".join(rocketmq_section(data))
     assert "vs. pull transport" in bare and "answers/s" not in bare
