@@ -158,9 +158,16 @@ def rocketmq(results: dict[str, Any], path: Path) -> None:
     for i, c in enumerate(pulls):
         _bar(ax, i, c["msgs_per_s"], PEER_COLORS[c["system"]], None, 0.6)
     ax.set_xticks(range(len(pulls)))
-    ax.set_xticklabels([f"{c['system']}\n{c['consumers']} cons." for c in pulls], fontsize=8)
-    ax.set_ylabel("messages/s pulled")
-    ax.set_title("Pull (PULL_MESSAGE, 32 per pull)", fontsize=10)
+    ax.set_xticklabels(
+        [
+            f"{c['system'][:3]}\n{c.get('max_per_pull', 32)}/pull\n{c['consumers']} cons."
+            for c in pulls
+        ],
+        fontsize=7,
+    )
+    ax.set_yscale("log")
+    ax.set_ylabel("messages/s pulled, log scale")
+    ax.set_title("Pull (PULL_MESSAGE, 32 and 1024 per pull)", fontsize=10)
     fig.suptitle(
         "habroker vs Apache RocketMQ 4.9.7 (same remoting load generator), median (min-max)"
     )

@@ -16,8 +16,8 @@ pre-encoded SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE frames, one request outstanding
 producers in separate processes) and the same store settings (:data:`STORE`). Each cell (batch,
 producers) measures the three systems ``reps`` times, rotating which goes first. The brokers'
 resident memory is sampled during the produce runs. Then the same pulls (PULL_MESSAGE, 32
-messages from a queue's start, over and over) and the real Java producer (interop/driver's
-``produce --quiet true``, timed inside the JVM) against both brokers.
+and 1024 messages from a queue's start, over and over) and the real Java producer
+(interop/driver's ``produce --quiet true``, timed inside the JVM) against both brokers.
 
 ``python -m bench.rocketmq [--quick]`` runs it alone; ``python -m bench.run`` runs it as module
 ``rocketmq``.
