@@ -191,25 +191,29 @@ class CommitLog:
         return mf.append(data)
 
     # -- reading -------------------------------------------------------------------------------
-    def read(self, offset: int, size: int) -> memoryview | None:
-        """The ``size`` bytes at ``offset`` if they are all written, as a view of the mapping."""
+    def _written(self, offset: int, size: int) -> tuple[MappedFile, int] | None:
+        """The file holding the ``size`` bytes at ``offset`` and their position in it, if they
+        are all written."""
         mf = self.queue.find(offset)
         if mf is None:
             return None
         pos = offset - mf.file_from_offset
         if pos + size > mf.wrote_position:
             return None
-        return mf.view[pos : pos + size]
+        return mf, pos
+
+    def read(self, offset: int, size: int) -> memoryview | None:
+        """The ``size`` bytes at ``offset`` if they are all written, as a view of the mapping."""
+        found = self._written(offset, size)
+        return None if found is None else found[0].view[found[1] : found[1] + size]
 
     def read_located(self, offset: int, size: int) -> tuple[memoryview, FilePosition | None] | None:
         """:meth:`read`, and where the bytes lie: their file and the position in it (None
         where they are not one slice of one file)."""
-        mf = self.queue.find(offset)
-        if mf is None:
+        found = self._written(offset, size)
+        if found is None:
             return None
-        pos = offset - mf.file_from_offset
-        if pos + size > mf.wrote_position:
-            return None
+        mf, pos = found
         return mf.view[pos : pos + size], (mf.file, pos)
 
     def select_region(self, offset: int) -> SelectedRegion | None:

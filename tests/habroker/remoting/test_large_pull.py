@@ -20,7 +20,7 @@ from habroker.remoting.client import RemotingClient
 from habroker.remoting.command import FrameDecoder
 from habroker.remoting.tls import client_context
 
-from tests.habroker.remoting.test_remoting_server import RawPeer, create_topic
+from tests.habroker.remoting.test_remoting_server import RawPeer, create_topic, send_header
 from tests.habroker.remoting.test_remoting_tls import BrokerFactory, Certs, tls_keys
 
 TOPIC = "large"
@@ -32,20 +32,7 @@ def body_of(i: int) -> bytes:
     return f"message {i} ".encode().ljust(BODY, b".")
 
 
-SEND_HEADER = {  # SEND_MESSAGE_V2's short keys: group, topic, queue 0, no flags
-    "a": "pg",
-    "b": TOPIC,
-    "c": "TBW102",
-    "d": 2,
-    "e": 0,
-    "f": 0,
-    "g": 1,
-    "h": 0,
-    "i": "",
-    "j": 0,
-    "k": False,
-    "m": False,
-}
+SEND_HEADER = send_header(TOPIC, 0, queues=2)
 
 
 def send_frame(i: int) -> bytes:

@@ -107,6 +107,24 @@ def create_topic(peer: RawPeer, topic: str) -> None:
     assert answer.code == ResponseCode.SUCCESS, answer
 
 
+def send_header(topic: str, queue_id: int, queues: int = 4) -> dict[str, object]:
+    """SEND_MESSAGE_V2's short keys: producer group, topic, queue, no flags or properties."""
+    return {
+        "a": "pg",
+        "b": topic,
+        "c": "TBW102",
+        "d": queues,
+        "e": queue_id,
+        "f": 0,
+        "g": 1,
+        "h": 0,
+        "i": "",
+        "j": 0,
+        "k": False,
+        "m": False,
+    }
+
+
 def send(
     peer: RawPeer, topic: str, body: bytes, opaque: int, kind=SerializeType.JSON
 ) -> RemotingCommand:
@@ -213,20 +231,7 @@ def test_pipelined_requests_are_matched_by_opaque(broker):
     for i in range(50):
         cmd = RemotingCommand.request(
             RequestCode.SEND_MESSAGE_V2,
-            {
-                "a": "pg",
-                "b": "pipe",
-                "c": "TBW102",
-                "d": 4,
-                "e": i % 2,
-                "f": 0,
-                "g": 1,
-                "h": 0,
-                "i": "",
-                "j": 0,
-                "k": False,
-                "m": False,
-            },
+            send_header("pipe", i % 2),
             json.dumps({"n": i}).encode(),
         )
         cmd.opaque = 1000 + i
