@@ -1,6 +1,7 @@
 from collections.abc import Callable, Collection, Sequence
 
 from habroker.message import DispatchTuple
+from habroker.store.consume_queue import Run, WalkState
 from habroker.store.values import BatchEntry
 
 def split_batch(
@@ -60,12 +61,12 @@ def units_match_entries(
 ) -> bool: ...
 def walk_units(
     units: bytes | bytearray | memoryview,
-    state: tuple[int, int, int, int, int, int, int, int],
+    state: WalkState,
     examine_limit: int,
     max_msgs: int,
     max_bytes: int,
     min_phy: int,
     file_size: int,
     tags_codes: Collection[int] | None,
-    runs: list[tuple[int, int, int]],
-) -> tuple[bool, tuple[int, int, int, int, int, int, int, int]]: ...
+    runs: list[Run],
+) -> tuple[bool, WalkState]: ...
