@@ -102,7 +102,7 @@ BROKER_EXTRA: dict[str, Any] = {
     "autoCreateSubscriptionGroup": True,
     "defaultTopicQueueNums": QUEUES,
     # a pull from memory answers at most 32 messages / 256 KiB by default: the large pulls
-    # need room for PULL_MAX_LARGE (habroker answers up to maxMsgNums and 4 MiB)
+    # need room for PULL_MAX_LARGE (habroker's defaults for these keys: 1024 and 4 MiB)
     "maxTransferCountOnMessageInMemory": PULL_MAX_LARGE,
     "maxTransferBytesOnMessageInMemory": 4 * 1024 * 1024,
 }

@@ -42,11 +42,7 @@ from habroker.metadata import (
     system_topics,
 )
 from habroker.metrics import BrokerCollector, BrokerStats
-from habroker.read_policy import (
-    suggest_pulling_from_slave,
-    suggest_which_broker,
-    total_physical_memory,
-)
+from habroker.read_policy import suggest_pulling_from_slave, suggest_which_broker
 from habroker.registration import NameServerRegistration
 from habroker.replicas_manager import ReplicasManager
 from habroker.route_info import RouteInfoManager
@@ -59,6 +55,7 @@ from habroker.store import (
     PutResult,
     PutStatus,
 )
+from habroker.store.store_util import total_physical_memory
 
 log = logging.getLogger(__name__)
 
@@ -654,7 +651,11 @@ class BrokerController:
         group: str | None,
         max_bytes: int,
         tags_codes: Collection[int] | None = None,
+        *,
+        capped: bool = False,
     ) -> PullOutcome:
+        """One pull; ``capped`` applies the ``maxTransfer*`` keys (PULL_MESSAGE, as RocketMQ's
+        store does; the HTTP API's caller sets ``max_bytes`` itself)."""
         started = time.perf_counter()
         cfg = self.topic_for_read(topic)
         if not cfg.readable:
@@ -679,7 +680,7 @@ class BrokerController:
             result.next_begin_offset = offset
             return PullOutcome(result, 0, retry_immediately=True)
         result = self.store.get_messages(
-            topic, queue_id, offset, max_msgs, max_bytes, tags_codes=tags_codes
+            topic, queue_id, offset, max_msgs, max_bytes, tags_codes=tags_codes, capped=capped
         )
         group_cfg = self.groups.find(group)
         memory = total_physical_memory(self.config.totalPhysicalMemorySize)

@@ -62,6 +62,9 @@ def _default_store_root() -> str:
 
 
 #: keys whose values are secrets: shown as ``******`` by GET_BROKER_CONFIG and GET /v1/config
+#: the most a maxTransferBytes* key may say: a PULL_MESSAGE answer (one message may exceed the
+#: cap, up to maxMessageSize) still has to fit the client's 16 MiB remoting frame
+MAX_TRANSFER_BYTES = 8 * 1024 * 1024
 SECRET_KEYS = frozenset({"tls.server.keyPassword", "tls.client.keyPassword"})
 
 
@@ -176,6 +179,15 @@ class BrokerConfig:
     slaveReadEnable: bool = False
     accessMessageInMemoryMaxRatio: int = 40
     totalPhysicalMemorySize: int = 0  # habroker: 0 = read from the OS; set to test redirection
+    # what one PULL_MESSAGE answers at most: the InMemory pair for data within
+    # accessMessageInMemoryMaxRatio % of RAM of the log's end, the InDisk pair further back; at
+    # least one message. habroker's defaults are larger than RocketMQ's (32 / 256 KiB, 8 /
+    # 64 KiB): a Java client's largest pullBatchSize and 4 MiB, hot or cold, as habroker
+    # answered before it read these keys (docs/configuration.md)
+    maxTransferCountOnMessageInMemory: int = 1024
+    maxTransferBytesOnMessageInMemory: int = 4 * 1024 * 1024
+    maxTransferCountOnMessageInDisk: int = 1024
+    maxTransferBytesOnMessageInDisk: int = 4 * 1024 * 1024
     # security: RocketMQ ACL 1.0 on the remoting ports (docs/security.md)
     aclEnable: bool = False
     # habroker: the plain_acl.yml (RocketMQ: <ROCKETMQ_HOME>/conf/plain_acl.yml);
@@ -221,6 +233,10 @@ class BrokerConfig:
         "slaveReadEnable",
         "accessMessageInMemoryMaxRatio",
         "totalPhysicalMemorySize",
+        "maxTransferCountOnMessageInMemory",
+        "maxTransferBytesOnMessageInMemory",
+        "maxTransferCountOnMessageInDisk",
+        "maxTransferBytesOnMessageInDisk",
         "haMasterAddress",
         "fileReservedTime",
         "deleteWhen",
@@ -349,6 +365,18 @@ class BrokerConfig:
             "defaultTopicQueueNums",
             "flushDelayOffsetInterval",
         ):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"{key}={getattr(self, key)}: must be positive")
+        for key in (
+            "maxTransferBytesOnMessageInMemory",
+            "maxTransferBytesOnMessageInDisk",
+        ):
+            if not 0 < getattr(self, key) <= MAX_TRANSFER_BYTES:
+                raise ConfigError(
+                    f"{key}={getattr(self, key)}: 1..{MAX_TRANSFER_BYTES} (a pull's answer has to "
+                    "fit a client's 16 MiB frame with its header)"
+                )
+        for key in ("maxTransferCountOnMessageInMemory", "maxTransferCountOnMessageInDisk"):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"{key}={getattr(self, key)}: must be positive")
         if self.totalPhysicalMemorySize < 0:

@@ -8,19 +8,7 @@ and caught-up consumers. A slave sends a consumer that has caught up back to the
 
 from __future__ import annotations
 
-import os
-
 MASTER_ID = 0
-
-
-def total_physical_memory(override: int = 0) -> int:
-    """RAM in bytes, as RocketMQ's ``TOTAL_PHYSICAL_MEMORY_SIZE`` (24 GiB if unknown)."""
-    if override > 0:
-        return override
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return 24 * 1024**3
 
 
 def suggest_pulling_from_slave(

@@ -90,3 +90,19 @@ def test_properties_round_trip():
     cfg = BrokerConfig.load(environ={}, brokerRole="SYNC_MASTER", slaveReadEnable=True)
     again = BrokerConfig.from_mapping(cfg.to_properties())
     assert again == cfg
+
+
+def test_transfer_caps_are_bounded_and_changeable_at_runtime():
+    cfg = BrokerConfig.load(environ={})
+    assert (cfg.maxTransferCountOnMessageInMemory, cfg.maxTransferBytesOnMessageInDisk) == (
+        1024,
+        4 * 1024 * 1024,
+    )
+    new = cfg.with_updates({"maxTransferCountOnMessageInMemory": "32"})
+    assert new.maxTransferCountOnMessageInMemory == 32
+    with pytest.raises(
+        ConfigError, match=r"maxTransferBytesOnMessageInMemory=16777216: 1\.\.8388608"
+    ):
+        cfg.with_updates({"maxTransferBytesOnMessageInMemory": 16 * 1024 * 1024})
+    with pytest.raises(ConfigError, match="maxTransferCountOnMessageInDisk=0: must be positive"):
+        BrokerConfig.load(environ={}, maxTransferCountOnMessageInDisk=0)

@@ -408,3 +408,41 @@ async def test_adjacent_records_are_served_as_one_run(tmp_path):
         assert by_bytes.message_count == 4 and by_bytes.buffer_total_size == four
     finally:
         await store.shutdown()
+
+
+async def test_capped_pulls_take_the_in_memory_or_the_in_disk_caps(tmp_path):
+    """maxTransfer*: a pull starting more than accessMessageInMemoryMaxRatio % of RAM behind the
+    log's end gets the InDisk pair, one starting closer the InMemory pair; uncapped reads (the
+    HTTP API) get what they ask for; a record larger than the bytes cap still goes alone."""
+    caps = {
+        "maxTransferCountOnMessageInMemory": 5,
+        "maxTransferBytesOnMessageInMemory": 100_000,
+        "maxTransferCountOnMessageInDisk": 3,
+        "maxTransferBytesOnMessageInDisk": 100_000,
+    }
+    # "RAM" of 100 kB, 10 % of it hot: the last ~10 kB of the log
+    store = await started(tmp_path, totalPhysicalMemorySize=100_000, **caps)
+    store.config = store.config.with_updates({"accessMessageInMemoryMaxRatio": 10})
+    try:
+        store.put_messages("T", 0, entries(40, size=1000), born_host=BORN)
+        sizes = [len(r) for r in store.get_messages("T", 0, 0, 40).record_views()]
+        starts = [sum(sizes[:i]) for i in range(40)]
+        # the first offset whose record starts within 10 kB of the log's end
+        hot_from = next(i for i, phy in enumerate(starts) if store.max_phy_offset - phy <= 10_000)
+        assert 30 <= hot_from <= 33
+        assert store.get_messages("T", 0, 0, 10).message_count == 10
+        assert store.get_messages("T", 0, 0, 10, capped=True).message_count == 3
+        assert store.get_messages("T", 0, hot_from - 2, 10, capped=True).message_count == 3
+        assert store.get_messages("T", 0, hot_from, 10, capped=True).message_count == 5
+        assert store.get_messages("T", 0, hot_from, 2, capped=True).message_count == 2
+        assert store.get_messages("T", 0, 38, 10, capped=True).message_count == 2
+        # the bytes caps: two records fit, not three; a cap below one record still gives one
+        store.config = store.config.with_updates(
+            {"maxTransferBytesOnMessageInDisk": sum(sizes[:3]) - 1}
+        )
+        assert store.get_messages("T", 0, 0, 10, capped=True).message_count == 2
+        store.config = store.config.with_updates({"maxTransferBytesOnMessageInMemory": 1})
+        one = store.get_messages("T", 0, hot_from, 10, capped=True)
+        assert one.message_count == 1 and one.next_begin_offset == hot_from + 1
+    finally:
+        await store.shutdown()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 
 from habroker.broker import BrokerController, PullOutcome
+from habroker.config import MAX_TRANSFER_BYTES
 from habroker.processor.client_manager import ConsumerManager, SubscriptionData
 from habroker.processor.errors import REFUSALS, refusal
 from habroker.processor.headers import Header
@@ -26,7 +27,6 @@ FLAG_COMMIT_OFFSET = 0x1
 FLAG_SUSPEND = 0x2
 FLAG_SUBSCRIPTION = 0x4
 FLAG_CLASS_FILTER = 0x8
-MAX_PULL_BYTES = 4 * 1024 * 1024  # a pull answers at most this much (one record more if larger)
 MAX_SUSPEND_SECONDS = 60.0
 SHORT_POLLING_SECONDS = 1.0  # shortPollingTimeMills, when longPollingEnable=false
 
@@ -93,8 +93,9 @@ class PullMessageProcessor:
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"maxMsgNums={max_msgs}: must be > 0")
         if offset < 0:
             raise RequestRefused(ResponseCode.SYSTEM_ERROR, f"queueOffset={offset}: must be >= 0")
+        # the maxTransfer* keys cap the answer (one record more if it alone is larger)
         return self.broker.pull(
-            topic, queue_id, offset, max_msgs, group, MAX_PULL_BYTES, tags_codes=tags_codes
+            topic, queue_id, offset, max_msgs, group, MAX_TRANSFER_BYTES, tags_codes, capped=True
         )
 
     def _subscription(self, h: Header, group: str, topic: str, sys_flag: int) -> SubscriptionData:

@@ -48,7 +48,7 @@ from habroker.store.cleaner import (
     should_clean,
 )
 from habroker.store.commit_log import CommitLog, disk_used_ratio
-from habroker.store.consume_queue import BLANK_UNIT_SIZE, ConsumeQueue, Run, WalkState
+from habroker.store.consume_queue import BLANK_UNIT_SIZE, UNIT, ConsumeQueue, Run, WalkState
 from habroker.store.dispatcher import ReputMessageService
 from habroker.store.errors import (
     DamagedFile,
@@ -65,6 +65,7 @@ from habroker.store.flush import (
     _Service,
 )
 from habroker.store.native import unit_tags_code
+from habroker.store.store_util import in_memory_span
 from habroker.store.values import (
     BatchEntry,
     CleanResult,
@@ -626,6 +627,23 @@ class MessageStore:
         return await self.group_commit.wait(offset, timeout)
 
     # -- read path -----------------------------------------------------------------------------
+    def transfer_caps(self, units: memoryview, max_msgs: int, max_bytes: int) -> tuple[int, int]:
+        """``max_msgs`` and ``max_bytes`` narrowed to RocketMQ's isTheBatchFull caps.
+
+        Data further than ``accessMessageInMemoryMaxRatio`` % of RAM behind the log's end is
+        taken as on disk and gets the ``…InDisk`` pair, the rest the ``…InMemory`` pair.
+        RocketMQ asks for every unit; a pull here asks once, at its first unit: a pull that
+        starts cold is capped as cold throughout (RocketMQ would let its warm tail in).
+        """
+        c = self.config
+        first_phy = UNIT.unpack_from(units, 0)[0]
+        span = in_memory_span(c.totalPhysicalMemorySize, c.accessMessageInMemoryMaxRatio)
+        if self.max_phy_offset - first_phy > span:
+            count, size = c.maxTransferCountOnMessageInDisk, c.maxTransferBytesOnMessageInDisk
+        else:
+            count, size = c.maxTransferCountOnMessageInMemory, c.maxTransferBytesOnMessageInMemory
+        return min(max_msgs, count), min(max_bytes, size)
+
     def get_messages(
         self,
         topic: str,
@@ -635,12 +653,14 @@ class MessageStore:
         max_bytes: int = 4 * 1024 * 1024,
         *,
         tags_codes: Collection[int] | None = None,
+        capped: bool = False,
     ) -> GetMessageResult:
         """RocketMQ's getMessage: up to ``max_msgs`` records from queue offset ``offset``.
 
         At least one record is returned even if it alone exceeds ``max_bytes``.  Units whose
         bytes retention already deleted are skipped.  ``tags_codes`` filters on the unit's
-        tagsCode (the consumer re-checks the tag string: hash codes can collide).
+        tagsCode (the consumer re-checks the tag string: hash codes can collide).  ``capped``
+        narrows both limits to the ``maxTransfer*`` keys (:meth:`transfer_caps`).
         """
         cq = self.consume_queues.get((topic, queue_id))
         if cq is None:
@@ -668,6 +688,8 @@ class MessageStore:
             return GetMessageResult(
                 GetMessageStatus.OFFSET_FOUND_NULL, [], offset, min_offset, max_offset
             )
+        if capped:
+            max_msgs, max_bytes = self.transfer_caps(first[0], max_msgs, max_bytes)
         status = GetMessageStatus.NO_MATCHED_MESSAGE
         # Records of one queue that lie back to back in the log (a produced batch) are served
         # as one slice: one read and one buffer per run instead of per record.  A run never
