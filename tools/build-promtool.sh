@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build Prometheus's promtool from the Go module proxy into e2e/.cluster/bin (next to helm and
+# Build Prometheus's promtool from the Go module proxy into e2e/.cluster/bin (or
+# $E2E_CLUSTER_DIR/bin; next to helm and
 # kube-apiserver, where the tests look for binaries); the chart's alerting rules are tested with
 # it (`promtool check rules`, `promtool test rules`, tests/helm/test_rules.py). Cached: a second
 # run with the same version does nothing.
@@ -8,7 +9,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # The prometheus/prometheus module's Go version of a Prometheus 3.x release (v3.N.M is v0.N00+M.0
 # there); a version the proxy refuses can be overridden: PROMTOOL_VERSION=v0.315.1 make promtool.
 PROMTOOL_VERSION="${PROMTOOL_VERSION:-v0.316.0}"
-BIN_DIR="${BIN_DIR:-$ROOT/e2e/.cluster/bin}"
+# the local cluster's binaries (e2e/cluster/lib.sh: $E2E_CLUSTER_DIR/bin), unless BIN_DIR says
+BIN_DIR="${BIN_DIR:-${E2E_CLUSTER_DIR:-$ROOT/e2e/.cluster}/bin}"
 STAMP="$BIN_DIR/.promtool-version"
 LOG="${TMPDIR:-/tmp}/brokergroup-promtool-build.log"
 

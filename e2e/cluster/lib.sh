@@ -246,8 +246,9 @@ start_kube_router() {
 # at a time: the next only once this one's device manager is listening (its plugin manager
 # starts right after).
 start_kubelet_and_wait() {
-  local i=$1 log="$LOG_DIR/node$i-kubelet.log" from
-  from=$(($(wc -l <"$log" 2>/dev/null || echo 0) + 1))
+  local i=$1 log="$LOG_DIR/node$i-kubelet.log" from=1
+  # a restarted kubelet appends to its log: look only at the lines written from now on
+  [[ -f $log ]] && from=$(($(wc -l <"$log") + 1))
   start_kubelet "$i"
   wait_for "node$i-kubelet device manager" 60 kubelet_past_device_manager "$log" "$from"
 }

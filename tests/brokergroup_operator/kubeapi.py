@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def find_bin_dir() -> Path | None:
-    candidates = [os.environ.get("BROKERGROUP_KUBE_BIN"), str(ROOT / "e2e" / ".cluster" / "bin")]
+    cluster = os.environ.get("E2E_CLUSTER_DIR") or str(ROOT / "e2e" / ".cluster")
+    candidates = [os.environ.get("BROKERGROUP_KUBE_BIN"), str(Path(cluster) / "bin")]
     for candidate in candidates:
         if not candidate:
             continue

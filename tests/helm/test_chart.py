@@ -31,7 +31,7 @@ CHART = ROOT / "helm" / "brokergroup-operator"
 CRD = ROOT / "crds" / "brokergroup.io_brokergroups.yaml"
 PEERING_CRD = ROOT / "crds" / "kopf.dev_peerings.yaml"
 RBAC = ROOT / "operator" / "deploy" / "rbac.yaml"
-LOCAL_BIN = ROOT / "e2e" / ".cluster" / "bin"
+LOCAL_BIN = Path(os.environ.get("E2E_CLUSTER_DIR") or ROOT / "e2e" / ".cluster") / "bin"
 
 # helm, kube-apiserver and etcd from `make cluster-build`: `make unit` runs these tests after it
 pytestmark = pytest.mark.cluster_bins
