@@ -11,11 +11,8 @@ updateBrokerConfig accessMessageInMemoryMaxRatio=0`` everything is "on disk" and
 
 from __future__ import annotations
 
-import asyncio
 import struct
-from collections.abc import Callable, Coroutine
 from functools import partial
-from typing import Any, TypeVar
 
 import pytest
 from habroker.client import MessageQueue, MQAdmin, MQProducer, MQPullConsumer, PullStatus
@@ -27,10 +24,10 @@ from tests.interop.rocketmq_java import (
     NetNS,
     run_mqadmin,
 )
+from tests.interop.test_python_client import in_ns
 
 pytestmark = pytest.mark.timeout(300)
 
-T = TypeVar("T")
 V4 = "4.9.7"
 JAVA_NAMESRV = "127.0.0.1:9876"
 TOPIC = "T-caps"
@@ -44,11 +41,6 @@ CAPS = {
 #: the bytes cap in others, and one record larger than any cap
 BODY_SIZES = [2500 if i % 9 == 0 else 50 + (i * 131) % 500 for i in range(60)]
 BODY_SIZES[30] = 12_000
-
-
-def in_ns(ns: NetNS, scenario: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """Run an asyncio scenario on a thread inside the namespace (its sockets live there)."""
-    return ns.call(lambda: asyncio.run(scenario()), timeout=120)
 
 
 def record_sizes(raw: bytes) -> list[int]:
