@@ -15,9 +15,11 @@ import random
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -173,7 +175,35 @@ def wait_until_quiet(
         "loadavg_1m": round(load, 2),
         "limit": limit,
         "quiet": load <= limit,
+        "cpu_probe_ms": cpu_probe_ms(),
     }
+
+
+#: the probe's work: a RocketMQ-sized record header packed and a CRC of 64 bytes taken, this often
+PROBE_ITERATIONS = 300_000
+
+
+def cpu_probe_ms(rounds: int = 3) -> float:
+    """Milliseconds of a fixed single-threaded Python loop, the best of ``rounds`` (~0.3 s
+    each here): how fast this VM's CPU is at the moment.
+
+    The load average cannot say it: on a slow host the same idle VM shows the same load, and
+    every single-threaded server (habroker, Redis) loses alike (the 2026-11-29 runs: Redis's
+    pipelined XADD 40k against 70k two days before). With the probe beside each module a
+    figure from a slow moment can be told from a regression.
+    """
+    header = struct.Struct("<iiiiqq")
+    buf = bytearray(1 << 16)
+    chunk = bytes(64)
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        crc = 0
+        for i in range(PROBE_ITERATIONS):
+            header.pack_into(buf, (i * 32) & 0xFFC0, i, i, i, i, i, i)
+            crc = zlib.crc32(chunk, crc)
+        best = min(best, time.perf_counter() - t0)
+    return round(best * 1000, 1)
 
 
 # -- one module run on its own ------------------------------------------------------------------

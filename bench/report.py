@@ -693,6 +693,11 @@ def _quiet_waits(results: dict[str, Any]) -> list[str]:
     waits for the 1-minute load average to fall to half the CPUs first)."""
     waits = [
         f"{name} {r['quiet_wait']['waited_s']:.0f} s → {r['quiet_wait']['loadavg_1m']}"
+        + (
+            f", probe {r['quiet_wait']['cpu_probe_ms']:.0f} ms"
+            if r["quiet_wait"].get("cpu_probe_ms") is not None
+            else ""
+        )
         + ("" if r["quiet_wait"]["quiet"] else " (still busy: the wait timed out)")
         for name, r in results.items()
         if isinstance(r, dict) and isinstance(r.get("quiet_wait"), dict)
@@ -701,7 +706,9 @@ def _quiet_waits(results: dict[str, Any]) -> list[str]:
         return []
     return [
         "Before each module the run waited for the 1-minute load average to fall to half the "
-        "CPUs (module: seconds waited → load average when it started): " + "; ".join(waits) + ".",
+        "CPUs (module: seconds waited → load average when it started, and where taken the CPU "
+        "probe: a fixed single-threaded Python loop, best of three, in ms — higher is a slower "
+        "CPU at that moment, which the load average does not show): " + "; ".join(waits) + ".",
         "",
     ]
 

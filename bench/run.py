@@ -9,7 +9,8 @@ and all CPUs (``cores``; ``--no-rocketmq`` leaves these three out). Each
 module's JSON goes to ``bench/results/NAME.json``, plots beside it, and ``docs/benchmarks.md``
 is regenerated from the results (a module not run this time keeps its previous JSON). Before
 each module the run waits (``--quiet-wait``, at most 120 s) for the 1-minute load average to
-fall to half the CPUs, so no module measures the tail of the one before. Every server started
+fall to half the CPUs, so no module measures the tail of the one before, and then times a
+fixed Python loop (the CPU probe: how fast the VM's CPU is just then). Every server started
 is stopped, also on failure or SIGTERM.
 """
 
@@ -146,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
             quiet = common.wait_until_quiet(timeout_s=args.quiet_wait)
             print(
                 f"[bench] waited {quiet['waited_s']:.0f} s for a quiet machine: load average "
-                f"{quiet['loadavg_1m']} (limit {quiet['limit']:g})",
+                f"{quiet['loadavg_1m']} (limit {quiet['limit']:g}); CPU probe "
+                f"{quiet['cpu_probe_ms']:.0f} ms",
                 flush=True,
             )
             if not attempted:  # "load average at start": when the first module started

@@ -25,16 +25,35 @@ def test_the_default_limit_is_half_the_cpus() -> None:
     assert out["limit"] == (os.cpu_count() or 2) / 2
 
 
+def test_the_cpu_probe_times_a_fixed_loop() -> None:
+    out = common.wait_until_quiet(timeout_s=0)
+    assert 1 < out["cpu_probe_ms"] < 60_000
+    # a loop of twice the work takes longer than the best of the short one
+    common.PROBE_ITERATIONS, saved = 4 * common.PROBE_ITERATIONS, common.PROBE_ITERATIONS
+    try:
+        assert common.cpu_probe_ms(rounds=1) > out["cpu_probe_ms"]
+    finally:
+        common.PROBE_ITERATIONS = saved
+
+
 def test_the_report_names_each_wait() -> None:
     results = {
-        "produce": {"quiet_wait": {"waited_s": 12.3, "loadavg_1m": 0.8, "limit": 1, "quiet": True}},
+        "produce": {
+            "quiet_wait": {
+                "waited_s": 12.3,
+                "loadavg_1m": 0.8,
+                "limit": 1,
+                "quiet": True,
+                "cpu_probe_ms": 281.4,
+            }
+        },
         "rocketmq": {
             "quiet_wait": {"waited_s": 120, "loadavg_1m": 2.5, "limit": 1, "quiet": False}
         },
         "pull": {"rows": []},
     }
     text = "\n".join(report._quiet_waits(results))
-    assert "produce 12 s → 0.8" in text
-    assert "rocketmq 120 s → 2.5 (still busy: the wait timed out)" in text
+    assert "produce 12 s → 0.8, probe 281 ms" in text
+    assert "rocketmq 120 s → 2.5 (still busy: the wait timed out)" in text  # no probe: older JSON
     assert "pull" not in text
     assert report._quiet_waits({"pull": {"rows": []}}) == []
