@@ -61,10 +61,10 @@ def _default_store_root() -> str:
     return str(Path.home() / "store")
 
 
-#: keys whose values are secrets: shown as ``******`` by GET_BROKER_CONFIG and GET /v1/config
 #: the most a maxTransferBytes* key may say: a PULL_MESSAGE answer (one message may exceed the
 #: cap, up to maxMessageSize) still has to fit the client's 16 MiB remoting frame
 MAX_TRANSFER_BYTES = 8 * 1024 * 1024
+#: keys whose values are secrets: shown as ``******`` by GET_BROKER_CONFIG and GET /v1/config
 SECRET_KEYS = frozenset({"tls.server.keyPassword", "tls.client.keyPassword"})
 
 
@@ -183,7 +183,7 @@ class BrokerConfig:
     # accessMessageInMemoryMaxRatio % of RAM of the log's end, the InDisk pair further back; at
     # least one message. habroker's defaults are larger than RocketMQ's (32 / 256 KiB, 8 /
     # 64 KiB): a Java client's largest pullBatchSize and 4 MiB, hot or cold, as habroker
-    # answered before it read these keys (docs/configuration.md)
+    # answered before it read these keys (docs/broker.md)
     maxTransferCountOnMessageInMemory: int = 1024
     maxTransferBytesOnMessageInMemory: int = 4 * 1024 * 1024
     maxTransferCountOnMessageInDisk: int = 1024
@@ -364,6 +364,8 @@ class BrokerConfig:
             "metaSyncInterval",
             "defaultTopicQueueNums",
             "flushDelayOffsetInterval",
+            "maxTransferCountOnMessageInMemory",
+            "maxTransferCountOnMessageInDisk",
         ):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"{key}={getattr(self, key)}: must be positive")
@@ -376,9 +378,6 @@ class BrokerConfig:
                     f"{key}={getattr(self, key)}: 1..{MAX_TRANSFER_BYTES} (a pull's answer has to "
                     "fit a client's 16 MiB frame with its header)"
                 )
-        for key in ("maxTransferCountOnMessageInMemory", "maxTransferCountOnMessageInDisk"):
-            if getattr(self, key) <= 0:
-                raise ConfigError(f"{key}={getattr(self, key)}: must be positive")
         if self.totalPhysicalMemorySize < 0:
             raise ConfigError(
                 f"totalPhysicalMemorySize={self.totalPhysicalMemorySize}: must be >= 0 (0 = the OS's)"
