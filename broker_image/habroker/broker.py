@@ -55,7 +55,7 @@ from habroker.store import (
     PutResult,
     PutStatus,
 )
-from habroker.store.store_util import total_physical_memory
+from habroker.store.store_util import in_memory_span
 
 log = logging.getLogger(__name__)
 
@@ -683,12 +683,11 @@ class BrokerController:
             topic, queue_id, offset, max_msgs, max_bytes, tags_codes=tags_codes, capped=capped
         )
         group_cfg = self.groups.find(group)
-        memory = total_physical_memory(self.config.totalPhysicalMemorySize)
+        span = in_memory_span(
+            self.config.totalPhysicalMemorySize, self.config.accessMessageInMemoryMaxRatio
+        )
         from_slave = suggest_pulling_from_slave(
-            self.store.max_phy_offset,
-            result.max_phy_offset_pulling,
-            memory,
-            self.config.accessMessageInMemoryMaxRatio,
+            self.store.max_phy_offset, result.max_phy_offset_pulling, span
         )
         suggestion = suggest_which_broker(
             is_slave=self.is_slave,

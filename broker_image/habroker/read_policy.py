@@ -12,16 +12,17 @@ MASTER_ID = 0
 
 
 def suggest_pulling_from_slave(
-    max_phy_offset: int, max_phy_offset_pulling: int, memory: int, ratio_percent: int
+    max_phy_offset: int, max_phy_offset_pulling: int, in_memory_span: int
 ) -> bool:
-    """True when the bytes behind what this pull read exceed ``ratio`` % of RAM.
+    """True when the bytes behind what this pull read exceed ``in_memory_span`` (the store's
+    ``accessMessageInMemoryMaxRatio`` % of RAM, :func:`habroker.store.store_util.in_memory_span`).
 
     RocketMQ measures from 0 when the pull examined no unit, which redirects consumers that
     are fully caught up on a large log; habroker counts no backlog then instead.
     """
     if max_phy_offset_pulling <= 0:
         return False
-    return max_phy_offset - max_phy_offset_pulling > memory * ratio_percent // 100
+    return max_phy_offset - max_phy_offset_pulling > in_memory_span
 
 
 def suggest_which_broker(

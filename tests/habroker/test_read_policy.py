@@ -1,11 +1,13 @@
 from habroker.read_policy import MASTER_ID, suggest_pulling_from_slave, suggest_which_broker
+from habroker.store.store_util import in_memory_span
 
 
 def test_backlog_over_ratio_suggests_slave():
-    mem = 1000
-    assert suggest_pulling_from_slave(10_000, 9_000, mem, 40) is True  # 1000 behind > 400
-    assert suggest_pulling_from_slave(10_000, 9_700, mem, 40) is False  # 300 behind
-    assert suggest_pulling_from_slave(10_000, 0, mem, 40) is False  # nothing examined: no backlog
+    span = in_memory_span(1000, 40)  # 40 % of a "RAM" of 1000 bytes
+    assert span == 400
+    assert suggest_pulling_from_slave(10_000, 9_000, span) is True  # 1000 behind > 400
+    assert suggest_pulling_from_slave(10_000, 9_700, span) is False  # 300 behind
+    assert suggest_pulling_from_slave(10_000, 0, span) is False  # nothing examined: no backlog
 
 
 def test_suggestion_rules():
