@@ -470,6 +470,20 @@ def replica_ceiling_text(cells: list[dict[str, Any]], machine: dict[str, Any]) -
     ]
 
 
+def _phases(data: dict[str, Any]) -> str:
+    """How a run's groups were phased: each pair measured with the other pair not running (an
+    idle JVM group takes CPU from whatever is measured beside it); older runs had all four up."""
+    phases = data.get("phases")
+    if not phases:
+        return "all four running side by side (a run from before the phases)"
+    return (
+        "; then ".join(" and ".join(f"`{name}`" for name in phase) for phase in phases)
+        + ", each pair with the other not running (idle, RocketMQ's groups took 0.37 cores "
+        "here, which fell on whichever group was measured beside them); the habroker / "
+        "RocketMQ column compares the two phases of this run"
+    )
+
+
 def rocketmq_dledger_section(data: dict[str, Any]) -> list[str]:
     lines = [
         "",
@@ -482,14 +496,16 @@ def rocketmq_dledger_section(data: dict[str, Any]) -> list[str]:
         reason = data.get("skipped") or data.get("error") or "not run"
         return [*lines, f"Not measured in this run: {reason}."]
     lines += [
-        "Four groups side by side in one private network namespace: habroker's DLedger group "
+        "Four groups in one private network namespace: habroker's DLedger group "
         "(three peers) and SYNC master + slave, RocketMQ 4.9.7's DLedger group (three brokers "
-        "with `enableDLegerCommitLog=true`, DLedger 0.3.1.2) and SYNC_MASTER + SLAVE. The same "
+        "with `enableDLegerCommitLog=true`, DLedger 0.3.1.2) and SYNC_MASTER + SLAVE, in two "
+        "phases: " + _phases(data) + ". The same "
         "remoting load generator sends batches of 32 1-KiB messages to the client port of "
         f"whoever takes writes, after {_warm_up_seconds(data.get('warm_up'))} of unmeasured "
         "load on each (the JVMs compile their hot paths); "
         f"{data.get('reps')} repetitions of {data.get('duration_s')} s, "
-        "the four taking turns going first; median (min-max). **CPU us/msg** is the CPU time "
+        "the groups of a phase taking turns going first; median (min-max). "
+        "**CPU us/msg** is the CPU time "
         "of all the group's broker processes (every thread; the JVMs' GC included) per "
         "acknowledged message. So RocketMQ's own DLEDGER / SYNC ratio on this machine stands "
         "beside habroker's. RocketMQ's DLedger brokers run with "

@@ -1,8 +1,9 @@
 """Three-replica DLedger groups against two-replica SYNC pairs, habroker's and RocketMQ's own, in
 one run: what issue 15's "DLEDGER >= 0.8x classic SYNC" costs any implementation on this machine.
 
-Four groups run side by side in one private network namespace (RocketMQ 4.9 binds 0.0.0.0;
-interop/rocketmq_java's :class:`NetNS`), with a Java name server:
+Four groups run in one private network namespace (RocketMQ 4.9 binds 0.0.0.0;
+interop/rocketmq_java's :class:`NetNS`), with a Java name server, in two phases, each
+implementation's pair alone:
 
 * ``habroker_dledger``: three habroker peers in DLedger mode (``LocalDLedgerGroup``);
 * ``habroker_sync``: a habroker SYNC master + slave;
@@ -14,8 +15,15 @@ Every group gets the same load (:func:`bench.loadgen.remoting_send`: pre-encoded
 SEND_BATCH_MESSAGE frames of 32 1-KiB messages on the **client port** of whoever takes writes,
 one request outstanding per connection, producers in their own processes) and the same store
 settings (bench.rocketmq's STORE, JVM flags and heap), after the same 20 s of unmeasured load
-(:func:`bench.rocketmq.warm_up`: the JVMs compile their hot paths).  Each repetition measures
-the four in a rotated order, so drift of the shared VM falls on all of them.  Beside msgs/s, the CPU seconds
+(:func:`bench.rocketmq.warm_up`: the JVMs compile their hot paths).  habroker's two groups are
+measured first, then stopped; then RocketMQ's two are started and measured.  Each phase's
+repetitions measure its pair in a rotated order, so drift of the shared VM falls on both.  Why
+phases: an idle RocketMQ group is not idle (its pollers and heartbeats took 0.37 cores here),
+and that CPU was taken from whichever group was measured beside it; on two cores it fell hardest
+on the one that needed every core (the DLedger group with four producers: 19.9k msgs/s beside
+the JVMs, 39.7k alone minutes later, 2026-11-29), so the DLEDGER / SYNC ratio each pair gives
+is now that pair's alone.  The habroker / RocketMQ ratios compare two phases of one run.
+Beside msgs/s, the CPU seconds
 of every process of the measured group (its brokers; for RocketMQ the JVMs, their GC and
 background threads included) are read from /proc before and after each measurement: CPU
 microseconds per acknowledged message, which the other load on a shared VM moves less.  The
@@ -178,7 +186,20 @@ def idle_cores(groups: list[Group], seconds: float = IDLE_SECONDS) -> dict[str, 
     }
 
 
-def cells(groups: list[Group], settings: common.Settings) -> list[dict[str, Any]]:
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def cells(
+    groups: list[Group], settings: common.Settings, gone: list[Group] | None = None
+) -> list[dict[str, Any]]:
+    """Each group of one phase measured ``settings.reps`` times with 1 and 4 producers, the
+    groups taking turns going first.  ``gone``: the groups of an earlier phase, whose processes
+    must have ended (a cell records any still alive in ``others_running``)."""
     out: list[dict[str, Any]] = []
     for producers in (1, 4):
         runs: dict[str, list[dict[str, Any]]] = {g.name: [] for g in groups}
@@ -188,22 +209,35 @@ def cells(groups: list[Group], settings: common.Settings) -> list[dict[str, Any]
                 print(f"[rocketmq_dledger] {group.name} {producers} producer(s)", flush=True)
                 runs[group.name].append(measure(group, producers, settings))
                 group.reset()
-        by: dict[str, dict[str, Any]] = {}
+        running = sorted(g.name for g in gone or [] if any(_alive(pid) for pid in g.pids.values()))
         for name, rs in runs.items():
             cpu_keys = rs[0]["cpu_us_per_msg"].keys()
-            by[name] = {
-                "system": name,
-                "batch": BATCH,
-                "producers": producers,
-                "msgs_per_s": summary([r["msgs_per_s"] for r in rs]),
-                "cpu_us_per_msg": {
-                    k: summary([r["cpu_us_per_msg"][k] for r in rs]) for k in cpu_keys
-                },
-                "loadgen_cpu_us_per_msg": summary([r["loadgen_cpu_us_per_msg"] for r in rs]),
-                "cores_used": summary([r["cores_used"] for r in rs]),
-                "not_ok_requests": sum(r["not_ok"] for r in rs),
-                "not_ok_codes": loadgen.merge_counts(r["not_ok_codes"] for r in rs),
-            }
+            out.append(
+                {
+                    "system": name,
+                    "batch": BATCH,
+                    "producers": producers,
+                    "msgs_per_s": summary([r["msgs_per_s"] for r in rs]),
+                    "cpu_us_per_msg": {
+                        k: summary([r["cpu_us_per_msg"][k] for r in rs]) for k in cpu_keys
+                    },
+                    "loadgen_cpu_us_per_msg": summary([r["loadgen_cpu_us_per_msg"] for r in rs]),
+                    "cores_used": summary([r["cores_used"] for r in rs]),
+                    "not_ok_requests": sum(r["not_ok"] for r in rs),
+                    "not_ok_codes": loadgen.merge_counts(r["not_ok_codes"] for r in rs),
+                    "others_running": running,
+                }
+            )
+    return out
+
+
+def with_ratios(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The cells of both phases, in :data:`SYSTEMS` order per producer count, with each DLedger
+    group's ratio to its own SYNC pair (and the ceiling its pair's CPU allows) and habroker's
+    ratio to RocketMQ per mode."""
+    out: list[dict[str, Any]] = []
+    for producers in (1, 4):
+        by = {c["system"]: c for c in cells if c["producers"] == producers}
         med = {name: c["msgs_per_s"]["median"] for name, c in by.items()}
         for impl in ("habroker", "rocketmq"):
             by[f"{impl}_dledger"]["ratio_to_sync"] = ratio(
@@ -222,8 +256,24 @@ def cells(groups: list[Group], settings: common.Settings) -> list[dict[str, Any]
             f"{by['rocketmq_dledger']['ceiling_if_cpu_bound']}",
             flush=True,
         )
-        out.extend(by.values())
+        out.extend(by[name] for name in SYSTEMS)
     return out
+
+
+def _warm(
+    groups: list[Group], settings: common.Settings
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """Every group accepts a batch on each queue and gets the unmeasured load; then what each
+    costs idle."""
+    warmed = {}
+    for g in groups:
+        _accepted(g)
+        warmed[g.name] = rocketmq.warm_up(g.port, settings)
+        g.reset()
+    print(f"[rocketmq_dledger] warm-up: {warmed}", flush=True)
+    idle = idle_cores(groups)
+    print(f"[rocketmq_dledger] idle cores used: {idle}", flush=True)
+    return warmed, idle
 
 
 def run(settings: common.Settings) -> dict[str, Any]:
@@ -237,7 +287,46 @@ def run(settings: common.Settings) -> dict[str, Any]:
     machine = common.machine_info()
     with common.scratch_dir(settings, "rocketmq-dledger") as root, rmq.NetNS(root / "ns") as ns:
 
-        def inside() -> dict[str, Any]:
+        def habroker_phase() -> tuple[list[Group], list[dict[str, Any]], dict[str, Any]]:
+            with contextlib.ExitStack() as stack:
+                classic: LocalGroup = stack.enter_context(
+                    servers.habroker_group(root / "habroker-sync", "SYNC", **rocketmq.STORE)
+                )
+                group: LocalDLedgerGroup = dledger.start_group(
+                    root / "habroker-dledger", **rocketmq.STORE
+                )
+                stack.callback(group.stop)
+                leader = group.leader()
+                groups = [
+                    Group(
+                        "habroker_dledger",
+                        int(leader.config["listenPort"]),
+                        {p.root.name: p.proc.pid for p in group.peers if p.proc is not None},
+                        lambda: group.wait_converged(timeout=120),
+                    ),
+                    Group(
+                        "habroker_sync",
+                        int(classic.master.config["listenPort"]),
+                        {
+                            "master": classic.master.proc.pid,  # type: ignore[union-attr]
+                            "slave": classic.slaves[0].proc.pid,  # type: ignore[union-attr]
+                        },
+                        lambda: servers.habroker_reset(classic),
+                    ),
+                ]
+                warmed, idle = _warm(groups, settings)
+                measured = cells(groups, settings)
+                return (
+                    groups,
+                    measured,
+                    {
+                        "warm_up": warmed,
+                        "idle_cores_used": idle,
+                        "leader": leader.root.name,
+                    },
+                )
+
+        def rocketmq_phase(gone: list[Group]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
             namesrv = rmq.JavaNameServer(ns, root / "namesrv", port=rocketmq.NAMESRV_PORT)
             namesrv.start()
             try:
@@ -254,30 +343,7 @@ def run(settings: common.Settings) -> dict[str, Any]:
                             master_port=SYNC_MASTER_PORT,
                         )
                     )
-                    classic: LocalGroup = stack.enter_context(
-                        servers.habroker_group(root / "habroker-sync", "SYNC", **rocketmq.STORE)
-                    )
-                    group: LocalDLedgerGroup = dledger.start_group(
-                        root / "habroker-dledger", **rocketmq.STORE
-                    )
-                    stack.callback(group.stop)
-                    leader = group.leader()
                     groups = [
-                        Group(
-                            "habroker_dledger",
-                            int(leader.config["listenPort"]),
-                            {p.root.name: p.proc.pid for p in group.peers if p.proc is not None},
-                            lambda: group.wait_converged(timeout=120),
-                        ),
-                        Group(
-                            "habroker_sync",
-                            int(classic.master.config["listenPort"]),
-                            {
-                                "master": classic.master.proc.pid,  # type: ignore[union-attr]
-                                "slave": classic.slaves[0].proc.pid,  # type: ignore[union-attr]
-                            },
-                            lambda: servers.habroker_reset(classic),
-                        ),
                         Group(
                             "rocketmq_dledger",
                             jleader.spec.listen_port,
@@ -291,38 +357,45 @@ def run(settings: common.Settings) -> dict[str, Any]:
                             lambda: None,
                         ),
                     ]
-                    warmed = {}
-                    for g in groups:
-                        _accepted(g)
-                        warmed[g.name] = rocketmq.warm_up(g.port, settings)
-                        g.reset()
-                    print(f"[rocketmq_dledger] warm-up: {warmed}", flush=True)
-                    idle = idle_cores(groups)
-                    print(f"[rocketmq_dledger] idle cores used: {idle}", flush=True)
-                    return {
-                        "version": rocketmq.VERSION,
-                        "started": when,
-                        "machine": machine,
-                        "quick": settings.quick,
-                        "netns": ns.name,
-                        "jvm_flags": list(rocketmq.BROKER_JVM_FLAGS),
-                        "store": rocketmq.STORE,
-                        "java_dledger": JAVA_DLEDGER,
-                        "idle_cores_used": idle,
+                    warmed, idle = _warm(groups, settings)
+                    measured = cells(groups, settings, gone=gone)
+                    return measured, {
                         "warm_up": warmed,
-                        "duration_s": settings.duration,
-                        "reps": settings.reps,
-                        "leaders": {
-                            "habroker_dledger": leader.root.name,
-                            "rocketmq_dledger": jleader.self_id,
-                        },
-                        "cells": cells(groups, settings),
-                        "seconds": round(time.monotonic() - started, 1),
+                        "idle_cores_used": idle,
+                        "leader": jleader.self_id,
                     }
             finally:
                 namesrv.stop()
                 for folder in ("rocketmq-dledger", "rocketmq-sync"):
                     shutil.rmtree(root / folder, ignore_errors=True)
+
+        def inside() -> dict[str, Any]:
+            hgroups, hcells, hinfo = habroker_phase()
+            rcells, rinfo = rocketmq_phase(hgroups)
+            return {
+                "version": rocketmq.VERSION,
+                "started": when,
+                "machine": machine,
+                "quick": settings.quick,
+                "netns": ns.name,
+                "jvm_flags": list(rocketmq.BROKER_JVM_FLAGS),
+                "store": rocketmq.STORE,
+                "java_dledger": JAVA_DLEDGER,
+                "phases": [
+                    ["habroker_dledger", "habroker_sync"],
+                    ["rocketmq_dledger", "rocketmq_sync"],
+                ],
+                "idle_cores_used": {**hinfo["idle_cores_used"], **rinfo["idle_cores_used"]},
+                "warm_up": {**hinfo["warm_up"], **rinfo["warm_up"]},
+                "duration_s": settings.duration,
+                "reps": settings.reps,
+                "leaders": {
+                    "habroker_dledger": hinfo["leader"],
+                    "rocketmq_dledger": rinfo["leader"],
+                },
+                "cells": with_ratios(hcells + rcells),
+                "seconds": round(time.monotonic() - started, 1),
+            }
 
         result: dict[str, Any] = ns.call(inside, timeout=3600)
         return result

@@ -1,5 +1,6 @@
 """Smoke test of bench/rocketmq_dledger.py: the four groups (habroker's and RocketMQ 4.9.7's
-DLedger and SYNC) run side by side in a private namespace and take the same batch frames.
+DLedger and SYNC) run in a private namespace, one implementation's pair after the other's, and
+take the same batch frames.
 
 Speed is not asserted.  What is asserted: every request of every group was answered SUCCESS
 (so a real Java DLedger group stores RocketMQ batch sends), each group's CPU was read from its
@@ -42,6 +43,12 @@ def test_quick_run_of_the_four_groups(tmp_path: Path) -> None:
         assert cpu["all"]["median"] > 0, key
         assert c["loadgen_cpu_us_per_msg"]["median"] > 0, key  # its processes were reaped
         assert c["cores_used"]["median"] > 0, key
+        # RocketMQ's pair is measured after habroker's pair has stopped, not beside it
+        assert c["others_running"] == [], (key, c["others_running"])
+    assert result["phases"] == [
+        ["habroker_dledger", "habroker_sync"],
+        ["rocketmq_dledger", "rocketmq_sync"],
+    ]
     for producers in (1, 4):
         for impl in ("habroker", "rocketmq"):
             ceiling = cells[(f"{impl}_dledger", producers)]["ceiling_if_cpu_bound"]
@@ -54,6 +61,7 @@ def test_quick_run_of_the_four_groups(tmp_path: Path) -> None:
     page = "\n".join(report.rocketmq_dledger_section(result))
     assert "| rocketmq_dledger | 4 |" in page and "quick (smoke test" in page
     assert "**Ceiling if CPU-bound**" in page
+    assert "`habroker_dledger` and `habroker_sync`; then `rocketmq_dledger`" in page
     names = [g["goal"] for g in report.goals({"rocketmq_dledger": result})]
     assert sum("module rocketmq_dledger" in n for n in names) == 2
 
