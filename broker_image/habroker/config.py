@@ -139,6 +139,9 @@ class BrokerConfig:
     haHousekeepingInterval: int = 20000
     haTransferBatchSize: int = 32768
     haMaxGapNotInSync: int = 256 * 1024 * 1024
+    # habroker: ms an ASYNC master lets new data gather before sending it to its slaves, so
+    # one run of frames carries many produces (0 = at once; SYNC masters never wait)
+    haAsyncTransferLingerMs: int = 2
     # habroker: HA connections a master keeps open at once; more are closed at accept
     haMaxConnections: int = 32
     # habroker: a file holding the bearer token /v1/admin/* requires (empty: no check);
@@ -242,6 +245,7 @@ class BrokerConfig:
         "deleteWhen",
         "syncFlushTimeout",
         "cleanFileForciblyEnable",
+        "haAsyncTransferLingerMs",
     )
     # fields that are stored but have no effect yet: warned about like unimplemented keys
     NOT_YET_EFFECTIVE: ClassVar[tuple[str, ...]] = ()
@@ -343,6 +347,10 @@ class BrokerConfig:
         if not 0 < self.haTransferBatchSize <= 4 * 1024 * 1024 - 12:
             raise ConfigError(
                 f"haTransferBatchSize={self.haTransferBatchSize}: 1..4194292 (a slave's 4 MiB frame limit)"
+            )
+        if not 0 <= self.haAsyncTransferLingerMs <= 1000:
+            raise ConfigError(
+                f"haAsyncTransferLingerMs={self.haAsyncTransferLingerMs}: 0..1000 (ms)"
             )
         if not 0 <= self.brokerPermission <= 7:
             raise ConfigError(

@@ -39,6 +39,8 @@ def test_file_then_env_then_overrides(tmp_path):
         ({"brokerRole": "SLAVE"}, "a SLAVE needs a brokerId >= 1"),
         ({"brokerId": "3"}, "a master (ASYNC_MASTER) has brokerId 0"),
         ({"haTransferBatchSize": str(8 * 1024 * 1024)}, "haTransferBatchSize"),
+        ({"haAsyncTransferLingerMs": "-1"}, "haAsyncTransferLingerMs=-1: 0..1000"),
+        ({"haAsyncTransferLingerMs": "1001"}, "haAsyncTransferLingerMs=1001: 0..1000"),
         ({"mappedFileSizeConsumeQueue": "30"}, "multiple of 20"),
         ({"deleteWhen": "25"}, "deleteWhen"),
         ({"haMasterAddress": "nohost"}, "expected host:port"),

@@ -31,10 +31,12 @@ import time
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING
 
+from habroker.config import BrokerRole
 from habroker.ha.handshake import HandshakeError
 from habroker.ha.protocol import PeerClosed, ProtocolError, Readable, ReportReader, send_frame
 
 if TYPE_CHECKING:
+    from habroker.config import BrokerConfig
     from habroker.ha.ha_service import HAService
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,8 @@ class HAConnection:
         self.next_transfer_offset = -1  # where the next frame starts
         self.in_flight_end = -1  # end of the frame being sent (the most a slave can ack)
         self.sent_bytes = 0
+        self.sent_frames = 0  # data frames (heartbeats not counted)
+        self.lingers = 0  # waits of haAsyncTransferLingerMs before sending new data
         self.reports = 0
         self.authenticated = False  # passed the HA handshake (haAuthSecretFile)
         self.closed = False
@@ -246,7 +250,8 @@ class HAConnection:
                 if store.max_phy_offset > offset:  # readable soon (e.g. next file being created)
                     await asyncio.sleep(min(wait, _NO_DATA_RETRY))
                 else:
-                    await store.wait_for_new_data(offset, max(wait, 0.001))
+                    if await store.wait_for_new_data(offset, max(wait, 0.001)):
+                        await self._linger(config)
                 continue
             # the whole readable region of this file, in frames of at most the batch size
             batch = config.haTransferBatchSize
@@ -260,6 +265,7 @@ class HAConnection:
                 left -= size
                 self.next_transfer_offset = offset
                 self.sent_bytes += size
+                self.sent_frames += 1
                 # sendfile into a socket with room never suspends: without this a fast slave
                 # would starve the broker's other tasks (HTTP, other slaves) during a catch-up
                 unyielded += size
@@ -267,6 +273,19 @@ class HAConnection:
                     unyielded = 0
                     await asyncio.sleep(0)
             last_write = time.monotonic()
+
+    async def _linger(self, config: BrokerConfig) -> None:
+        """An ASYNC master lets new data gather for ``haAsyncTransferLingerMs`` before sending.
+
+        Without it every produce costs its own frame, a wake-up of the slave and a report back;
+        with it one frame run carries all the produces of those milliseconds. Only ASYNC: a SYNC
+        producer is waiting for exactly this frame. (RocketMQ 4.9's ASYNC_MASTER does the same
+        with a 100 ms poll: nothing wakes its transfer thread on a put.)
+        """
+        linger = config.haAsyncTransferLingerMs
+        if linger > 0 and config.brokerRole is BrokerRole.ASYNC_MASTER:
+            self.lingers += 1
+            await asyncio.sleep(linger / 1000.0)
 
     # -- status ----------------------------------------------------------------------------
     def status(
@@ -290,6 +309,8 @@ class HAConnection:
             "transferStart": self.transfer_start,
             "nextTransferOffset": self.next_transfer_offset,
             "sentBytes": self.sent_bytes,
+            "sentFrames": self.sent_frames,
+            "lingers": self.lingers,
             "authenticated": self.authenticated,
         }
 

@@ -995,14 +995,15 @@ class MessageStore:
                     break  # a record cut in half: the next append completes it
                 await asyncio.sleep(0)
 
-    async def wait_for_new_data(self, offset: int, timeout: float) -> None:  # noqa: ASYNC109
-        """Return once max_phy_offset > ``offset`` or ``timeout`` seconds pass."""
+    async def wait_for_new_data(self, offset: int, timeout: float) -> bool:  # noqa: ASYNC109
+        """Return once max_phy_offset > ``offset`` (True) or ``timeout`` seconds pass."""
         deadline = time.monotonic() + timeout
         while self.max_phy_offset <= offset and self._running:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return
+                return False
             await self._new_data.wait(remaining)
+        return self.max_phy_offset > offset
 
     # -- flushing ------------------------------------------------------------------------------
     async def flush(self) -> int:

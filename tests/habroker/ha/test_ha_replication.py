@@ -317,3 +317,44 @@ async def test_slave_indexes_a_record_only_once_all_of_it_arrived(nodes) -> None
         writer.close()
     finally:
         await fake.stop()
+
+
+async def _trickle(master_store, puts: int, gap: float) -> int:
+    """``puts`` small puts ``gap`` s apart (each its own put, as separate produces are)."""
+    for _ in range(puts):
+        top = produce(master_store, 1, body_size=200, batch=1)
+        await asyncio.sleep(gap)
+    return top
+
+
+@pytest.mark.parametrize(
+    ("role", "linger_ms", "gathered"),
+    [
+        (BrokerRole.ASYNC_MASTER, 400, True),
+        (BrokerRole.ASYNC_MASTER, 0, False),  # 0: a frame run for each put, as before
+        (BrokerRole.SYNC_MASTER, 400, False),  # SYNC producers wait for their frame: never
+    ],
+)
+async def test_async_master_lets_new_data_gather_before_sending(
+    nodes, role, linger_ms, gathered
+) -> None:
+    master = await nodes("master", brokerRole=role, haAsyncTransferLingerMs=linger_ms)
+    top = produce(master.store, 3000)
+    slave = await nodes("slave", master)
+    await wait_until(lambda: slave.store.max_phy_offset == top, what="slave catch-up")
+    (conn,) = master.ha.connections
+    frames, lingers = conn.sent_frames, conn.lingers
+    puts = 8
+    top = await _trickle(master.store, puts, gap=0.02)  # 160 ms, under the 400 ms linger
+    await wait_until(lambda: slave.store.max_phy_offset == top, what="slave follows")
+    new_frames, new_lingers = conn.sent_frames - frames, conn.lingers - lingers
+    (entry,) = master.ha.status()["slaves"]
+    assert entry["sentFrames"] == conn.sent_frames and entry["lingers"] == conn.lingers
+    if gathered:
+        # the first put woke the writer, which waited while the other seven arrived
+        assert new_lingers == 1 and new_frames == 1, (new_lingers, new_frames)
+    else:
+        assert new_lingers == 0
+        assert new_frames >= puts // 2, new_frames  # one frame each (a slow loop may merge two)
+    m_files, s_files = commit_log_files(master.config), commit_log_files(slave.config)
+    assert m_files == s_files
