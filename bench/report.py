@@ -252,6 +252,18 @@ def _warm_up_seconds(warm_up: dict[str, Any] | None) -> str:
     return f"{max(seconds):.0f} s" if seconds else "no warm-up"
 
 
+def _paused_text(modes: dict[str, Any]) -> str:
+    """How the idle groups were kept out of each measurement (runs from before: nothing)."""
+    cells = [c for m in modes.values() for c in m.get("cells", [])]
+    if not cells or not all("others_paused" in c for c in cells):
+        return ""
+    return (
+        "; while one system is measured the other broker groups' processes are stopped "
+        "(SIGSTOP, then SIGCONT: idle, RocketMQ's JVMs took ~0.16 cores, which would come out "
+        "of the measured group)"
+    )
+
+
 def _warm_up_text(modes: dict[str, Any]) -> str:
     """What each broker sent during its unmeasured warm-up, or that an older run had none."""
     parts = [
@@ -338,7 +350,9 @@ def rocketmq_section(data: dict[str, Any], limits: dict[str, Any] | None = None)
         "has headroom at batch 256; C2 on, unlike the interop tests' C1-only JVMs). "
         + _warm_up_text(modes)
         + f"{data.get('reps')} repetitions of {data.get('duration_s')} s, the three systems "
-        "taking turns going first; figures are messages/s, median (min-max).",
+        "taking turns going first"
+        + _paused_text(modes)
+        + "; figures are messages/s, median (min-max).",
         "",
         f"This part's run: {data.get('started', '?')}, {data.get('seconds', 0):.0f} s"
         f"{', quick (smoke test, not a measurement)' if data.get('quick') else ''}; load average "

@@ -14,9 +14,11 @@ For each master mode (ASYNC_MASTER, then SYNC_MASTER) three groups run side by s
 The two brokers get the *same* load generator (:func:`bench.loadgen.remoting_send`: raw sockets,
 pre-encoded SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE frames, one request outstanding per connection,
 producers in separate processes) and the same store settings (:data:`STORE`). Each cell (batch,
-producers) measures the three systems ``reps`` times, rotating which goes first. The brokers'
-resident memory is sampled during the produce runs. Then the same pulls (PULL_MESSAGE, 32
-and 1024 messages from a queue's start, over and over) and the real Java producer
+producers) measures the three systems ``reps`` times, rotating which goes first; while one is
+measured the other broker groups are SIGSTOPped (:func:`others_paused`), so their idle CPU is not
+taken from it. The brokers' resident memory is sampled during the produce runs. Then the same
+pulls (PULL_MESSAGE, 32 and 1024 messages from a queue's start, over and over) and the real Java
+producer
 (interop/driver's ``produce --quiet true``, timed inside the JVM) against both brokers.
 
 ``python -m bench.rocketmq [--quick]`` runs it alone; ``python -m bench.run`` runs it as module
@@ -28,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import struct
 import sys
@@ -193,6 +196,9 @@ class Running:
     rocketmq_pid: int
     redis: servers.RedisPair | None
     redis_keys: set[str] = field(default_factory=set)
+    #: each broker group's processes (RocketMQ's name server with its brokers), paused while
+    #: another system is measured (:func:`others_paused`)
+    pids: dict[str, list[int]] = field(default_factory=dict)
 
     def port(self, system: str) -> int:
         if system == "habroker":
@@ -204,6 +210,42 @@ class Running:
 
     def systems(self) -> list[str]:
         return [s for s in SYSTEMS if s != "redis" or self.redis is not None]
+
+
+@contextlib.contextmanager
+def others_paused(run: Running, system: str) -> Iterator[list[str]]:
+    """SIGSTOP the other broker groups while ``system`` is measured; SIGCONT them after.
+
+    Idle, RocketMQ's JVMs take ~0.16 cores (pollers, heartbeats) and habroker's pair ~0.003;
+    on two cores that CPU comes out of whichever group is measured, so it is the idle group's
+    own cost, not the measured one's. Stopped for one measurement (a few seconds), the paused
+    group's HA connection outlives it (housekeeping closes one after 20 s of silence). Yields
+    the groups paused.
+    """
+    paused = [(name, pid) for name, pids in run.pids.items() if name != system for pid in pids]
+    stopped: list[int] = []
+    try:
+        for _, pid in paused:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+        deadline = time.monotonic() + 5.0  # the signal lands asynchronously
+        while time.monotonic() < deadline and not all(_stopped(pid) for pid in stopped):
+            time.sleep(0.005)
+        yield sorted({name for name, _ in paused})
+    finally:
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
+def _stopped(pid: int) -> bool:
+    """The process is stopped (state T in /proc/<pid>/stat), or gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] == "T"
 
 
 def _rmq() -> Any:
@@ -371,7 +413,9 @@ def produce_cell(
         order = systems[rep % len(systems) :] + systems[: rep % len(systems)]
         for system in order:
             try:
-                result = loadgen.run(produce_job(run, system, batch, producers, settings))
+                with others_paused(run, system) as paused:
+                    result = loadgen.run(produce_job(run, system, batch, producers, settings))
+                result["paused"] = paused
                 if result["not_ok"] and system == "habroker":  # say why in the JSON
                     result["broker_log_warnings"] = _warnings(run.habroker)
                 runs[system].append(result)
@@ -399,6 +443,7 @@ def produce_cell(
                     (r["not_ok_sample"] for r in results if r.get("not_ok_sample")), ""
                 ),
                 "requests": sum(r["requests"] for r in results),
+                "others_paused": sorted({g for r in results for g in r["paused"]}),
             }
         )
     by = {c["system"]: c for c in out}
@@ -489,7 +534,8 @@ def pull_cells(run: Running, settings: common.Settings) -> list[dict[str, Any]]:
                     warmup=settings.warmup,
                     processes=min(consumers, 4),
                 )
-                result = loadgen.run(job)
+                with others_paused(run, system):
+                    result = loadgen.run(job)
                 if result["not_ok"]:
                     raise RuntimeError(f"{system}: {result['not_ok']} pulls not FOUND")
                 runs[system].append(result["msgs_per_s"])
@@ -572,7 +618,12 @@ def java_producer(ns: Any, run: Running, settings: common.Settings) -> list[dict
 
 # -- one mode ---------------------------------------------------------------------------------------
 def measure_mode(
-    ns: Any, root: Path, mode: str, settings: common.Settings, redis: bool
+    ns: Any,
+    root: Path,
+    mode: str,
+    settings: common.Settings,
+    redis: bool,
+    namesrv_pid: int | None = None,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"mode": mode}
     disk_at_start = round(disk_used_ratio(root), 1)
@@ -597,6 +648,11 @@ def measure_mode(
         }
         pids = {name: proc.pid for name, proc in procs.items() if proc is not None}
         run = Running(mode, group, MASTER_PORT, pids["rocketmq"], pair)
+        run.pids = {
+            "habroker": [pids["habroker"], pids["habroker_slave"]],
+            "rocketmq": [pids["rocketmq"], pids["rocketmq_slave"]]
+            + ([namesrv_pid] if namesrv_pid else []),
+        }
         out["accepted"] = check_accepted(run, settings.batches)
         out["warm_up"] = {}
         for system in ("habroker", "rocketmq"):
@@ -650,7 +706,9 @@ def run(settings: common.Settings, redis: bool = True) -> dict[str, Any]:
             namesrv = rmq.JavaNameServer(ns, root / "namesrv", port=NAMESRV_PORT).start()
             try:
                 modes = {
-                    mode: measure_mode(ns, root, mode, settings, redis)
+                    mode: measure_mode(
+                        ns, root, mode, settings, redis, namesrv.proc.pid if namesrv.proc else None
+                    )
                     for mode in ("ASYNC", "SYNC")
                 }
             finally:

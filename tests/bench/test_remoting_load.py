@@ -71,6 +71,35 @@ def test_remoting_load_against_habroker(tmp_path: Path) -> None:
         assert after - before >= stored > 0
 
 
+def _state(pid: int) -> str:
+    """The process state letter of /proc/<pid>/stat (T: stopped)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2]
+
+
+@pytest.mark.timeout(180)
+def test_other_groups_are_paused_only_while_one_is_measured(tmp_path: Path) -> None:
+    """others_paused stops every process of the other groups, not the measured one's, and
+    resumes them: the paused pair then still takes writes and replicates them."""
+    with servers.habroker_group(tmp_path / "g", "ASYNC", **rocketmq.STORE) as group:
+        pids = [b.proc.pid for b in group.brokers if b.proc is not None]
+        run = rocketmq.Running("ASYNC", group, 0, 0, None, pids={"habroker": pids})
+        with rocketmq.others_paused(run, "habroker") as paused:
+            assert paused == [] and {_state(p) for p in pids} != {"T"}
+        with rocketmq.others_paused(run, "rocketmq") as paused:
+            assert paused == ["habroker"]
+            assert {_state(p) for p in pids} == {"T"}
+        deadline = time.monotonic() + 10
+        while {_state(p) for p in pids} & {"T", "t"} and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not {_state(p) for p in pids} & {"T", "t"}
+        result = loadgen.run(_job(int(group.master.config["listenPort"]), 32))
+        assert result["requests"] > 0 and result["not_ok"] == 0, result
+        servers.habroker_reset(group)  # waits for the slave to have it all
+        master, slave = servers.habroker_offsets(group)
+        assert master == slave > 0
+
+
 @pytest.mark.timeout(180)
 def test_refused_requests_are_counted_by_their_code(tmp_path: Path) -> None:
     """A SYNC master without its slave answers SLAVE_NOT_AVAILABLE (11): the load generator
