@@ -18,8 +18,7 @@ producers) measures the three systems ``reps`` times, rotating which goes first;
 measured the other broker groups are SIGSTOPped (:func:`others_paused`), so their idle CPU is not
 taken from it. The brokers' resident memory is sampled during the produce runs. Then the same
 pulls (PULL_MESSAGE, 32 and 1024 messages from a queue's start, over and over) and the real Java
-producer
-(interop/driver's ``produce --quiet true``, timed inside the JVM) against both brokers.
+producer (interop/driver's ``produce --quiet true``, timed inside the JVM) against both brokers.
 
 ``python -m bench.rocketmq [--quick]`` runs it alone; ``python -m bench.run`` runs it as module
 ``rocketmq``.
