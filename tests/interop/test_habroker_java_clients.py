@@ -282,6 +282,24 @@ def test_java_slave_copies_metadata_from_a_habroker_master(netns: NetNS) -> None
             break
         time.sleep(0.5)
     assert slaves and slaves[0]["ackOffset"] == status["maxOffset"] > 0, status
+    # new data once it is caught up: the ASYNC master lingers (haAsyncTransferLingerMs) before
+    # sending, and the Java slave still gets every byte, identical
+    lingers = slaves[0]["lingers"]
+    more = sent_ids(produce(netns, "T-js", "--count", "8", "--id-prefix", "js2-",
+                            namesrv=namesrv))  # fmt: skip
+    assert len(more) == 8
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        status = master.status()
+        slaves = status["master"]["slaves"]
+        if slaves and slaves[0]["ackOffset"] == status["maxOffset"]:
+            break
+        time.sleep(0.5)
+    top = status["maxOffset"]
+    assert slaves and slaves[0]["ackOffset"] == top and slaves[0]["lingers"] > lingers, status
+    ours = sorted((master.root / "store" / "commitlog").iterdir())[0].read_bytes()[:top]
+    theirs = sorted((slave.store_dir / "commitlog").iterdir())[0].read_bytes()[:top]
+    assert len(ours) == top and ours == theirs, "the Java slave's commit log differs"
     # and routes now name it, as brokerId 1
     route = loads_fastjson(run_mqadmin(netns, V4, "topicRoute", "-n", namesrv, "-t", "T-js"))
     assert route["brokerDatas"][0]["brokerAddrs"] == {"0": master.address, "1": slave.address}
