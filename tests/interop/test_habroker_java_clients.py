@@ -17,6 +17,7 @@ import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from habroker.local import LocalBroker, LocalGroup, free_port
@@ -217,6 +218,19 @@ def test_mqadmin_finds_every_message_of_a_batch_by_its_offset_msg_id(group: Java
 # -- a Java slave of a habroker master --------------------------------------------------------------
 
 
+def _slave_acked_all(master: LocalBroker, within: float = 30.0) -> dict[str, Any]:
+    """The master's status once its first slave acknowledged its whole log (or ``within`` s)."""
+    deadline = time.monotonic() + within
+    while True:
+        status: dict[str, Any] = master.status()
+        slaves = status["master"]["slaves"]
+        if slaves and slaves[0]["ackOffset"] == status["maxOffset"]:
+            return status
+        if time.monotonic() > deadline:
+            return status
+        time.sleep(0.5)
+
+
 def test_java_slave_copies_metadata_from_a_habroker_master(netns: NetNS) -> None:
     """A RocketMQ 4.9.7 SLAVE whose name server is the habroker master: it registers
     (REGISTER_BROKER), learns its master's client and HA addresses from the answer, replicates
@@ -274,13 +288,8 @@ def test_java_slave_copies_metadata_from_a_habroker_master(netns: NetNS) -> None
     assert sum(got["offsets"]["offsetTable"]["T-js@g-js"].values()) == len(sends)  # type: ignore[index]
 
     # it replicates too: the master sees a slave acknowledging everything it has
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        status = master.status()
-        slaves = status["master"]["slaves"]
-        if slaves and slaves[0]["ackOffset"] == status["maxOffset"]:
-            break
-        time.sleep(0.5)
+    status = _slave_acked_all(master)
+    slaves = status["master"]["slaves"]
     assert slaves and slaves[0]["ackOffset"] == status["maxOffset"] > 0, status
     # new data once it is caught up: the ASYNC master lingers (haAsyncTransferLingerMs) before
     # sending, and the Java slave still gets every byte, identical
@@ -288,14 +297,8 @@ def test_java_slave_copies_metadata_from_a_habroker_master(netns: NetNS) -> None
     more = sent_ids(produce(netns, "T-js", "--count", "8", "--id-prefix", "js2-",
                             namesrv=namesrv))  # fmt: skip
     assert len(more) == 8
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        status = master.status()
-        slaves = status["master"]["slaves"]
-        if slaves and slaves[0]["ackOffset"] == status["maxOffset"]:
-            break
-        time.sleep(0.5)
-    top = status["maxOffset"]
+    status = _slave_acked_all(master)
+    slaves, top = status["master"]["slaves"], status["maxOffset"]
     assert slaves and slaves[0]["ackOffset"] == top and slaves[0]["lingers"] > lingers, status
     ours = sorted((master.root / "store" / "commitlog").iterdir())[0].read_bytes()[:top]
     theirs = sorted((slave.store_dir / "commitlog").iterdir())[0].read_bytes()[:top]
