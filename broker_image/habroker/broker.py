@@ -245,6 +245,7 @@ class BrokerController:
         self._tasks.clear()
         if self.dledger_roles is not None:
             await self.dledger_roles.close()
+        await self.drain_slaves()
         await self.stop_slave()
         await self.stop_master()
         await self.replicas.close()
@@ -257,6 +258,16 @@ class BrokerController:
         self.ha_service = HAService(self.config, self.store, self.ha_auth)
         await self.ha_service.start()
         self.schedule.start()  # RocketMQ: delayed delivery runs on the master only
+
+    async def drain_slaves(self) -> None:
+        """A clean stop of a master: its slaves get its last bytes first (within
+        ``haShutdownDrainTimeoutMs``), so a slave promoted while it is gone lacks nothing it
+        acknowledged. The client faces are closed by now; delayed delivery stops first."""
+        timeout_ms = self.config.haShutdownDrainTimeoutMs
+        if self.ha_service is None or timeout_ms <= 0:
+            return
+        await self.schedule.stop()
+        await self.ha_service.drain(timeout_ms / 1000)
 
     async def stop_master(self) -> None:
         """SYNC producers still waiting get FLUSH_SLAVE_TIMEOUT: nobody will ack them now."""

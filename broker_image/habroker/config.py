@@ -142,6 +142,9 @@ class BrokerConfig:
     # habroker: ms an ASYNC master lets new data gather before sending it to its slaves, so
     # one run of frames carries many produces (0 = at once; SYNC masters never wait)
     haAsyncTransferLingerMs: int = 2
+    # habroker: on a clean stop (SIGTERM) a master waits this long for its connected slaves
+    # to acknowledge its last byte before it closes their connections (0 = close at once)
+    haShutdownDrainTimeoutMs: int = 3000
     # habroker: HA connections a master keeps open at once; more are closed at accept
     haMaxConnections: int = 32
     # habroker: a file holding the bearer token /v1/admin/* requires (empty: no check);
@@ -246,6 +249,7 @@ class BrokerConfig:
         "syncFlushTimeout",
         "cleanFileForciblyEnable",
         "haAsyncTransferLingerMs",
+        "haShutdownDrainTimeoutMs",
     )
     # fields that are stored but have no effect yet: warned about like unimplemented keys
     NOT_YET_EFFECTIVE: ClassVar[tuple[str, ...]] = ()
@@ -351,6 +355,11 @@ class BrokerConfig:
         if not 0 <= self.haAsyncTransferLingerMs <= 1000:
             raise ConfigError(
                 f"haAsyncTransferLingerMs={self.haAsyncTransferLingerMs}: 0..1000 (ms)"
+            )
+        if not 0 <= self.haShutdownDrainTimeoutMs <= 60000:
+            raise ConfigError(
+                f"haShutdownDrainTimeoutMs={self.haShutdownDrainTimeoutMs}: 0..60000 (ms; "
+                "0 closes the slaves' connections at once)"
             )
         if not 0 <= self.brokerPermission <= 7:
             raise ConfigError(

@@ -41,6 +41,8 @@ def test_file_then_env_then_overrides(tmp_path):
         ({"haTransferBatchSize": str(8 * 1024 * 1024)}, "haTransferBatchSize"),
         ({"haAsyncTransferLingerMs": "-1"}, "haAsyncTransferLingerMs=-1: 0..1000"),
         ({"haAsyncTransferLingerMs": "1001"}, "haAsyncTransferLingerMs=1001: 0..1000"),
+        ({"haShutdownDrainTimeoutMs": "-1"}, "haShutdownDrainTimeoutMs=-1: 0..60000"),
+        ({"haShutdownDrainTimeoutMs": "60001"}, "haShutdownDrainTimeoutMs=60001: 0..60000"),
         ({"mappedFileSizeConsumeQueue": "30"}, "multiple of 20"),
         ({"deleteWhen": "25"}, "deleteWhen"),
         ({"haMasterAddress": "nohost"}, "expected host:port"),

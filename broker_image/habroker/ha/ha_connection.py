@@ -280,10 +280,15 @@ class HAConnection:
         Without it every produce costs its own frame, a wake-up of the slave and a report back;
         with it one frame run carries all the produces of those milliseconds. Only ASYNC: a SYNC
         producer is waiting for exactly this frame. (RocketMQ 4.9's ASYNC_MASTER does the same
-        with a 100 ms poll: nothing wakes its transfer thread on a put.)
+        with a 100 ms poll: nothing wakes its transfer thread on a put.) Not while a clean stop
+        drains the slaves.
         """
         linger = config.haAsyncTransferLingerMs
-        if linger > 0 and config.brokerRole is BrokerRole.ASYNC_MASTER:
+        if (
+            linger > 0
+            and config.brokerRole is BrokerRole.ASYNC_MASTER
+            and not self.service.draining
+        ):
             self.lingers += 1
             await asyncio.sleep(linger / 1000.0)
 

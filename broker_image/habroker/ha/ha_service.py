@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _REFUSED_LOG_INTERVAL = 1.0  # seconds between "refused" lines during a connection flood
+_DRAIN_POLL = 0.005  # seconds between looks at the slaves' acks during a shutdown drain
 
 
 class _RefusalLog:
@@ -68,6 +69,7 @@ class HAService:
         self._cap_log = _RefusalLog()
         self._auth_log = _RefusalLog()
         self._housekeeping: asyncio.Task[None] | None = None
+        self.draining = False  # a clean stop is waiting for the slaves: send without lingering
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -86,6 +88,44 @@ class HAService:
             conn.close("master shutting down")
         await asyncio.gather(*tasks, return_exceptions=True)
         self.group_transfer.shutdown()
+
+    async def drain(self, within: float) -> dict[str, int]:
+        """Before a clean stop: wait, at most ``within`` s, until every connected slave has
+        acknowledged the master's last byte.
+
+        A slave promoted after this master's pod is gone (failover, or a re-pointed group)
+        then holds every write it took, ASYNC ones included. Writers skip the linger
+        meanwhile. Returns the slaves still behind at the end (address: acked offset).
+        """
+        target = self.store.max_phy_offset
+        self.draining = True
+        started = time.monotonic()
+        while True:
+            slaves = [c for c in self.connections if c.is_slave]
+            behind = {c.address: c.ack_offset for c in slaves if c.ack_offset < target}
+            if not behind or time.monotonic() - started >= within:
+                break
+            await asyncio.sleep(_DRAIN_POLL)
+        waited = (time.monotonic() - started) * 1000
+        if behind:
+            log.warning(
+                "stopping: after %.0f ms, slave(s) still short of offset %d: %s; they catch up "
+                "from this broker when it returns (haShutdownDrainTimeoutMs=%d)",
+                waited,
+                target,
+                ", ".join(f"{a} at {o} ({target - o} bytes behind)" for a, o in behind.items()),
+                self.config.haShutdownDrainTimeoutMs,
+            )
+        elif slaves:
+            log.info(
+                "stopping: %d slave(s) hold every byte up to offset %d (drained in %.0f ms)",
+                len(slaves),
+                target,
+                waited,
+            )
+        else:
+            log.info("stopping: no slave connected to drain to (max offset %d)", target)
+        return behind
 
     @property
     def listen_address(self) -> tuple[str, int]:

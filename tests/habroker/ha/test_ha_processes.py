@@ -104,3 +104,43 @@ def test_sigkill_master_restart_slave_reconnects(group) -> None:
     g.wait_replicated()
     g.stop()
     assert _files(slave.root) == _files(g.master.root)
+
+
+@pytest.mark.parametrize("drain_ms", [3000, 0], ids=["drain", "no-drain"])
+def test_sigterm_master_sends_its_async_tail_before_it_exits(group, drain_ms: int) -> None:
+    """A clean stop (SIGTERM: a pod deleted or rolled) of an ASYNC master holding writes its
+    slave has not got yet: it waits for the slave's acknowledgement of its last byte before it
+    closes the connection (haShutdownDrainTimeoutMs). The tail is held back by a 1 s linger;
+    with the drain off the slave is left without it, which is what the drain is for."""
+    g = group(
+        "ASYNC",
+        haAsyncTransferLingerMs=1000,
+        haShutdownDrainTimeoutMs=drain_ms,
+        haHousekeepingInterval=60_000,
+    )
+    (slave,) = g.slaves
+    _wait(lambda: g.master.status()["master"]["connectionCount"] == 1, what="slave connected")
+    with Producer(g.master.http_address) as producer:
+        assert _produce(producer, 20) == ["PUT_OK"] * 20
+        g.wait_replicated()
+        lingers = g.master.status()["master"]["slaves"][0]["lingers"]
+        started = time.monotonic()
+        assert _produce(producer, 5) == ["PUT_OK"] * 5
+    top = g.master.status()["maxOffset"]
+    held = slave.status()["maxOffset"]
+    assert held < top, "the linger should have held the tail back"
+    assert g.master.stop() == 0
+    window = time.monotonic() - started
+    final = slave.status()["maxOffset"]
+    print(f"tail {top - held} bytes; the master exited {window:.3f} s after the tail's first put")
+    log = g.master.log_path.read_text()
+    if drain_ms:
+        assert final == top, (final, top)
+        assert f"1 slave(s) hold every byte up to offset {top}" in log
+        assert _files(slave.root) == _files(g.master.root)
+    else:
+        # gone before the linger ran out: nothing but the drain could have sent the tail
+        assert window < 1.0, f"the stop took {window:.3f} s: longer than the linger, no control"
+        assert lingers >= 1
+        assert final == held < top, (final, held, top)
+        assert "hold every byte" not in log
