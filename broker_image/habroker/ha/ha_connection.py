@@ -73,6 +73,7 @@ class HAConnection:
         self._close_level = logging.INFO
         self._tasks: list[asyncio.Task[None]] = []
         self._ended: asyncio.Future[None] | None = None
+        self._linger_wake: asyncio.Future[None] | None = None  # set while the writer lingers
 
     @property
     def has_reported(self) -> bool:
@@ -281,7 +282,7 @@ class HAConnection:
         with it one frame run carries all the produces of those milliseconds. Only ASYNC: a SYNC
         producer is waiting for exactly this frame. (RocketMQ 4.9's ASYNC_MASTER does the same
         with a 100 ms poll: nothing wakes its transfer thread on a put.) Not while a clean stop
-        drains the slaves.
+        drains the slaves, which also ends a linger under way (:meth:`end_linger`).
         """
         linger = config.haAsyncTransferLingerMs
         if (
@@ -290,7 +291,18 @@ class HAConnection:
             and not self.service.draining
         ):
             self.lingers += 1
-            await asyncio.sleep(linger / 1000.0)
+            loop = asyncio.get_running_loop()
+            wake = self._linger_wake = loop.create_future()
+            timer = loop.call_later(linger / 1000.0, _set_unless_done, wake)
+            try:
+                await wake
+            finally:
+                timer.cancel()
+                self._linger_wake = None
+
+    def end_linger(self) -> None:
+        """Send what a lingering writer holds now (a clean stop is draining the slaves)."""
+        _set_unless_done(self._linger_wake)
 
     # -- status ----------------------------------------------------------------------------
     def status(
@@ -318,6 +330,11 @@ class HAConnection:
             "lingers": self.lingers,
             "authenticated": self.authenticated,
         }
+
+
+def _set_unless_done(future: asyncio.Future[None] | None) -> None:
+    if future is not None and not future.done():
+        future.set_result(None)
 
 
 def _describe(results: list[BaseException | None]) -> tuple[str, int]:

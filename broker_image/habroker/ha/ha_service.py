@@ -94,11 +94,13 @@ class HAService:
         acknowledged the master's last byte.
 
         A slave promoted after this master's pod is gone (failover, or a re-pointed group)
-        then holds every write it took, ASYNC ones included. Writers skip the linger
+        then holds every write it took, ASYNC ones included. Writers send without lingering
         meanwhile. Returns the slaves still behind at the end (address: acked offset).
         """
         target = self.store.max_phy_offset
         self.draining = True
+        for conn in self.connections:
+            conn.end_linger()
         started = time.monotonic()
         while True:
             slaves = [c for c in self.connections if c.is_slave]
