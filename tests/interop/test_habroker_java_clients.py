@@ -11,7 +11,9 @@ commands the oracle does not run, a Java slave of a habroker master) follow belo
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import time
 import urllib.request
 from collections import Counter
@@ -351,6 +353,70 @@ def test_java_slave_acks_confirm_sync_sends_on_a_habroker_sync_master(
     assert [e["status"] for e in sends] == ["SEND_OK"] * 20, sends
     status = master.status()
     assert status["master"]["push2SlaveMaxOffset"] == status["maxOffset"]
+    slave.stop()
+
+
+@pytest.mark.parametrize("version", ["4.9.7", "5.3.1"])
+def test_a_stopped_habroker_master_waits_for_its_java_slaves_last_ack(
+    netns: NetNS, version: str
+) -> None:
+    """A clean stop (SIGTERM) of a habroker ASYNC master whose Java slave has not acknowledged
+    its last writes yet (the slave's JVM is SIGSTOPped while they are taken): the master keeps
+    running, its client port closed, until the real slave's HAClient reports every byte
+    (haShutdownDrainTimeoutMs), then exits 0, and the slave's commit log is the master's."""
+    from tests.interop.rocketmq_java import BrokerSpec, JavaBroker
+
+    master = netns.local_broker(
+        netns.root / "habroker-master",
+        brokerRole="ASYNC_MASTER",
+        mappedFileSizeCommitLog=64 * 1024 * 1024,  # the Java slave's file size
+        listenPort=10911,
+        fastListenPort=-1,
+        haShutdownDrainTimeoutMs=20_000,
+    )
+    master.start()
+    namesrv = master.address
+    create_topic(netns, "T-drain", 2, namesrv=namesrv)
+    slave = JavaBroker(
+        netns, version, netns.root / "java-slave",
+        BrokerSpec(broker_id=1, role="SLAVE", namesrv_addr=namesrv, listen_port=10921,
+                   extra={"mappedFileSizeCommitLog": 64 * 1024 * 1024}),
+    )  # fmt: skip
+    slave.start()
+    assert len(sent_ids(produce(netns, "T-drain", "--count", "8", "--id-prefix", "d-",
+                                namesrv=namesrv))) == 8  # fmt: skip
+    status = _slave_acked_all(master, within=60)
+    slaves = status["master"]["slaves"]
+    assert slaves and slaves[0]["ackOffset"] == status["maxOffset"] > 0, (
+        f"{status}\n{slave.tail_log()}"
+    )
+    assert slave.proc is not None and master.proc is not None
+    paused = 1.5
+    os.kill(slave.proc.pid, signal.SIGSTOP)
+    try:
+        tail = produce(netns, "T-drain", "--count", "8", "--id-prefix", "t-", namesrv=namesrv)
+        assert [e["status"] for e in events_of(tail, "send")] == ["SEND_OK"] * 8, tail
+        status = master.status()
+        top, acked = status["maxOffset"], status["master"]["slaves"][0]["ackOffset"]
+        assert acked < top, status
+        master.signal(signal.SIGTERM)
+        time.sleep(paused)
+        assert master.running, f"exited while its slave lacked {top - acked} bytes"
+    finally:
+        os.kill(slave.proc.pid, signal.SIGCONT)
+    assert master.proc.wait(30) == 0, master.tail_log()
+    log = master.log_path.read_text()
+    drained = re.search(
+        rf"stopping: 1 slave\(s\) hold every byte up to offset {top} \(drained in (\d+) ms\)",
+        log,
+    )
+    assert drained, master.tail_log()
+    print(f"tail of {top - acked} bytes held by the stopped {version} slave; the master waited "
+          f"{drained.group(1)} ms for its acknowledgement")  # fmt: skip
+    assert int(drained.group(1)) >= paused * 1000 * 0.9
+    ours = sorted((master.root / "store" / "commitlog").iterdir())[0].read_bytes()[:top]
+    theirs = sorted((slave.store_dir / "commitlog").iterdir())[0].read_bytes()[:top]
+    assert len(theirs) == top and ours == theirs, "the Java slave's commit log differs"
     slave.stop()
 
 
