@@ -76,6 +76,14 @@ cdef int _wait_out(Shared* s) noexcept nogil:
     return s.stop
 
 
+cdef int _failed(Shared* s) noexcept nogil:
+    """After a failed call: 0 to try again (the socket had no room: waited), -1 when the
+    sender stops meanwhile, else the errno."""
+    if errno == EAGAIN or errno == EINTR:
+        return -1 if _wait_out(s) else 0
+    return errno
+
+
 cdef int _send_job(Shared* s, Job* job) noexcept nogil:
     cdef unsigned char head[12]
     cdef long long off = job.offset
@@ -91,22 +99,20 @@ cdef int _send_job(Shared* s, Job* job) noexcept nogil:
     while done < 12:
         n = send(s.sock_fd, head + done, 12 - done, flags)
         if n < 0:
-            if errno == EAGAIN or errno == EINTR:
-                if _wait_out(s):
-                    return -1
-                continue
-            return errno
+            n = _failed(s)
+            if n:
+                return n
+            continue
         done += n
     cdef off_t pos = job.position
     cdef long long left = sz
     while left > 0:
         n = sendfile(s.sock_fd, job.file_fd, &pos, left)
         if n < 0:
-            if errno == EAGAIN or errno == EINTR:
-                if _wait_out(s):
-                    return -1
-                continue
-            return errno
+            n = _failed(s)
+            if n:
+                return n
+            continue
         if n == 0:
             return 5
         left -= n

@@ -25,7 +25,11 @@ import pytest
 from habroker.local import LocalBroker, LocalGroup, free_port
 
 from tests.interop.rocketmq_java import (
+    BrokerSpec,
+    JavaBroker,
+    JavaNameServer,
     NetNS,
+    cluster_list,
     events_of,
     loads_fastjson,
     run_driver,
@@ -220,6 +224,29 @@ def test_mqadmin_finds_every_message_of_a_batch_by_its_offset_msg_id(group: Java
 # -- a Java slave of a habroker master --------------------------------------------------------------
 
 
+def _habroker_master(netns: NetNS, role: str, **config: Any) -> LocalBroker:
+    """A started habroker master on RocketMQ's default port, with the Java slave's file size
+    and no VIP channel (10909: a Java slave copies metadata through it)."""
+    master = netns.local_broker(
+        netns.root / "habroker-master",
+        brokerRole=role,
+        mappedFileSizeCommitLog=64 * 1024 * 1024,
+        listenPort=10911,
+        fastListenPort=-1,
+        **config,
+    )
+    return master.start()
+
+
+def _java_slave(netns: NetNS, version: str, namesrv: str) -> JavaBroker:
+    """A real RocketMQ SLAVE (not started yet) whose name server is the habroker master."""
+    return JavaBroker(
+        netns, version, netns.root / "java-slave",
+        BrokerSpec(broker_id=1, role="SLAVE", namesrv_addr=namesrv, listen_port=10921,
+                   extra={"mappedFileSizeCommitLog": 64 * 1024 * 1024}),
+    )  # fmt: skip
+
+
 def _slave_acked_all(master: LocalBroker, within: float = 30.0) -> dict[str, Any]:
     """The master's status once its first slave acknowledged its whole log (or ``within`` s)."""
     deadline = time.monotonic() + within
@@ -238,16 +265,7 @@ def test_java_slave_copies_metadata_from_a_habroker_master(netns: NetNS) -> None
     (REGISTER_BROKER), learns its master's client and HA addresses from the answer, replicates
     the commit log and copies topics, subscription groups and consumer offsets with its own
     SlaveSynchronize (GET_ALL_* requests)."""
-    from tests.interop.rocketmq_java import BrokerSpec, JavaBroker, loads_fastjson
-
-    master = netns.local_broker(
-        netns.root / "habroker-master",
-        brokerRole="ASYNC_MASTER",
-        mappedFileSizeCommitLog=64 * 1024 * 1024,  # the Java slave's file size
-        listenPort=10911,
-        fastListenPort=-1,  # 10909: a Java slave copies metadata through the VIP channel
-    )
-    master.start()
+    master = _habroker_master(netns, "ASYNC_MASTER")
     namesrv = master.address
     create_topic(netns, "T-js", 2, namesrv=namesrv)
     run_mqadmin(netns, V4, "updateSubGroup", "-n", namesrv, "-b", master.address, "-g", "g-js",
@@ -256,11 +274,7 @@ def test_java_slave_copies_metadata_from_a_habroker_master(netns: NetNS) -> None
     run_driver(netns, V4, "lite-pull", "--namesrv", namesrv, "--topic", "T-js", "--group", "g-js",
                "--expect", "8", "--timeout-s", "45")  # fmt: skip
 
-    slave = JavaBroker(
-        netns, V4, netns.root / "java-slave",
-        BrokerSpec(broker_id=1, role="SLAVE", namesrv_addr=namesrv, listen_port=10921,
-                   extra={"mappedFileSizeCommitLog": 64 * 1024 * 1024}),
-    )  # fmt: skip
+    slave = _java_slave(netns, V4, namesrv)
     slave.start()
     config = slave.store_dir / "config"
 
@@ -318,25 +332,12 @@ def test_java_slave_acks_confirm_sync_sends_on_a_habroker_sync_master(
     """A habroker SYNC_MASTER counts a Java slave's acks as confirmations: the master confirms
     only bytes it sent on that connection (its first report is where the copy starts, not an
     ack), so every Java SYNC send answers SEND_OK through the real slave's reports."""
-    from tests.interop.rocketmq_java import BrokerSpec, JavaBroker
-
-    master = netns.local_broker(
-        netns.root / "habroker-master",
-        brokerRole="SYNC_MASTER",
-        mappedFileSizeCommitLog=64 * 1024 * 1024,  # the Java slave's file size
-        listenPort=10911,
-        fastListenPort=-1,
-    )
-    master.start()
+    master = _habroker_master(netns, "SYNC_MASTER")
     namesrv = master.address
     create_topic(netns, "T-sync", 2, namesrv=namesrv)
     early = produce(netns, "T-sync", "--count", "5", "--id-prefix", "e-", namesrv=namesrv)
     assert {e["status"] for e in events_of(early, "send")} == {"SLAVE_NOT_AVAILABLE"}
-    slave = JavaBroker(
-        netns, version, netns.root / "java-slave",
-        BrokerSpec(broker_id=1, role="SLAVE", namesrv_addr=namesrv, listen_port=10921,
-                   extra={"mappedFileSizeCommitLog": 64 * 1024 * 1024}),
-    )  # fmt: skip
+    slave = _java_slave(netns, version, namesrv)
     slave.start()
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # copied the backlog: its acks cover sent bytes
@@ -364,24 +365,10 @@ def test_a_stopped_habroker_master_waits_for_its_java_slaves_last_ack(
     its last writes yet (the slave's JVM is SIGSTOPped while they are taken): the master keeps
     running, its client port closed, until the real slave's HAClient reports every byte
     (haShutdownDrainTimeoutMs), then exits 0, and the slave's commit log is the master's."""
-    from tests.interop.rocketmq_java import BrokerSpec, JavaBroker
-
-    master = netns.local_broker(
-        netns.root / "habroker-master",
-        brokerRole="ASYNC_MASTER",
-        mappedFileSizeCommitLog=64 * 1024 * 1024,  # the Java slave's file size
-        listenPort=10911,
-        fastListenPort=-1,
-        haShutdownDrainTimeoutMs=20_000,
-    )
-    master.start()
+    master = _habroker_master(netns, "ASYNC_MASTER", haShutdownDrainTimeoutMs=20_000)
     namesrv = master.address
     create_topic(netns, "T-drain", 2, namesrv=namesrv)
-    slave = JavaBroker(
-        netns, version, netns.root / "java-slave",
-        BrokerSpec(broker_id=1, role="SLAVE", namesrv_addr=namesrv, listen_port=10921,
-                   extra={"mappedFileSizeCommitLog": 64 * 1024 * 1024}),
-    )  # fmt: skip
+    slave = _java_slave(netns, version, namesrv)
     slave.start()
     assert len(sent_ids(produce(netns, "T-drain", "--count", "8", "--id-prefix", "d-",
                                 namesrv=namesrv))) == 8  # fmt: skip
@@ -424,8 +411,6 @@ def test_habroker_slave_acks_a_java_sync_master_and_holds_its_bytes(netns: NetNS
     """The other direction: a habroker SLAVE of a real 4.9.7 SYNC_MASTER. Every Java SYNC send
     answers SEND_OK only through the slave's reports, and the slave's commit log is the
     master's, byte for byte."""
-    from tests.interop.rocketmq_java import BrokerSpec, JavaBroker, JavaNameServer
-
     namesrv = JavaNameServer(netns, netns.root / "namesrv").start()
     master = JavaBroker(
         netns, V4, netns.root / "java-master",
@@ -463,26 +448,12 @@ def test_a_habroker_master_with_the_ha_secret_refuses_a_java_slave(netns: NetNS)
     sends answer SLAVE_NOT_AVAILABLE. The CHALLENGE it reads as a transfer header makes it append
     nothing (an earlier layout made an empty Java slave create a commit-log file at a huge
     offset). Groups with Java brokers run without the key (the test above)."""
-    from tests.interop.rocketmq_java import BrokerSpec, JavaBroker
-
     secret = netns.root / "ha-secret"
     secret.write_text("a-group-secret-of-enough-bytes\n")
-    master = netns.local_broker(
-        netns.root / "habroker-master",
-        brokerRole="SYNC_MASTER",
-        mappedFileSizeCommitLog=64 * 1024 * 1024,
-        listenPort=10911,
-        fastListenPort=-1,
-        haAuthSecretFile=str(secret),
-    )
-    master.start()
+    master = _habroker_master(netns, "SYNC_MASTER", haAuthSecretFile=str(secret))
     namesrv = master.address
     create_topic(netns, "T-auth", 2, namesrv=namesrv)
-    slave = JavaBroker(
-        netns, "4.9.7", netns.root / "java-slave",
-        BrokerSpec(broker_id=1, role="SLAVE", namesrv_addr=namesrv, listen_port=10921,
-                   extra={"mappedFileSizeCommitLog": 64 * 1024 * 1024}),
-    )  # fmt: skip
+    slave = _java_slave(netns, "4.9.7", namesrv)
     slave.start()
     deadline = time.monotonic() + 60
     # a 4.9.7 slave sends its first report only haSendHeartbeatInterval (5 s) after connecting:
@@ -567,8 +538,6 @@ def test_habroker_group_registers_with_a_java_name_server(netns: NetNS) -> None:
     """namesrvAddr: master and slave register with a real 4.9.7 NameServer; the slave is given no
     haMasterAddress and finds its master through the name server's answer, as a Java slave does.
     Java clients that know only the name server then produce and consume through the group."""
-    from tests.interop.rocketmq_java import JavaNameServer, cluster_list
-
     namesrv = JavaNameServer(netns, netns.root / "namesrv").start()
     master = netns.local_broker(
         netns.root / "m", brokerRole="SYNC_MASTER", namesrvAddr=namesrv.address,
