@@ -18,7 +18,6 @@ request outstanding per connection, so that cannot happen here), and it skips TL
 
 from __future__ import annotations
 
-import argparse
 import sys
 import textwrap
 from typing import Any
@@ -88,11 +87,7 @@ def run(settings: common.Settings) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = common.standalone_parser(
-        "python -m bench.experiments.answer_thread", __doc__, "answer_thread.json"
-    )
-    args: argparse.Namespace = p.parse_args(argv)
-    return common.run_standalone(args, run)
+    return patched.main(argv, "bench.experiments.answer_thread", __doc__, run)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ wrapped in one of two otherwise identical groups), not a product design: it skip
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import subprocess
 import sys
@@ -92,11 +91,7 @@ def run(settings: common.Settings) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = common.standalone_parser(
-        "python -m bench.experiments.native_ha_sender", __doc__, "native_ha_sender.json"
-    )
-    args: argparse.Namespace = p.parse_args(argv)
-    return common.run_standalone(args, run)
+    return patched.main(argv, "bench.experiments.native_ha_sender", __doc__, run)
 
 
 if __name__ == "__main__":

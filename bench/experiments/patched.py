@@ -9,6 +9,7 @@ is measured, so a patch that did not take cannot pass for a result.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -68,6 +69,7 @@ def compare(
         "reps": settings.reps,
         "duration_s": settings.duration,
         "cells": [],
+        "master_threads": {},
     }
     with common.scratch_dir(settings, name) as root:
         patch_dir = root / "patch"
@@ -81,7 +83,9 @@ def compare(
                     ),
                     "thread": _patched_group(root / f"{mode}-thread", mode, patch_dir, flag, stack),
                 }
-                threads = {label: _threads(g) for label, g in groups.items()}
+                threads = out["master_threads"][mode] = {
+                    label: _threads(g) for label, g in groups.items()
+                }
                 if thread_name not in threads["thread"] or thread_name in threads["loop"]:
                     raise RuntimeError(f"the patch is not where it should be: {threads}")
                 for batch, producers in cells:
@@ -128,3 +132,16 @@ def _cell(
     )
     print(f"[{name}] {json.dumps(cell['thread_over_loop_pairs'])}", flush=True)
     return cell
+
+
+def main(
+    argv: list[str] | None,
+    module: str,
+    doc: str | None,
+    run: Callable[[common.Settings], dict[str, Any]],
+) -> int:
+    """``python -m bench.experiments.NAME``: the standalone options, results in NAME.json."""
+    name = module.rsplit(".", 1)[-1]
+    p = common.standalone_parser(f"python -m {module}", doc, f"{name}.json")
+    args: argparse.Namespace = p.parse_args(argv)
+    return common.run_standalone(args, run)
