@@ -8,7 +8,7 @@ responses carry commit-log records verbatim (spec §1.1); :mod:`habroker.message
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from habroker.store import native
@@ -17,7 +17,7 @@ from habroker.store.values import BatchEntry
 _split_batch: (
     Callable[
         [bytes | memoryview, int, type[BatchEntry]],
-        tuple[list[BatchEntry] | None, tuple[str, int | None] | None],
+        tuple[Sequence[BatchEntry] | None, tuple[str, int | None] | None],
     ]
     | None
 ) = native.codec.split_batch if native.codec is not None else None
@@ -101,13 +101,14 @@ def encode_batch(messages: Iterable[OutgoingMessage | bytes]) -> bytes:
 DecodedEntry = BatchEntry  # what the store appends: (flag, body view, encoded properties)
 
 
-def decode_batch(data: bytes | memoryview, *, max_entries: int = 4096) -> list[BatchEntry]:
+def decode_batch(data: bytes | memoryview, *, max_entries: int = 4096) -> Sequence[BatchEntry]:
     """Split a batch into entries, or raise :class:`BadBatch` naming the first bad one.
 
     Bodies stay views into ``data``: the store copies them once, into the commit log. The
     entries are the store's own :class:`BatchEntry`, so the server hands them on as they are.
-    The compiled record codec does the split where it was built; :func:`decode_batch_py` is
-    the same in Python.
+    The compiled record codec does the split where it was built, into a ``PackedBatch`` (the
+    messages' places in ``data``, entries made only when asked for: the compiled put loops
+    read the bytes); :func:`decode_batch_py` is the same in Python, as a list.
     """
     if _split_batch is None:
         return decode_batch_py(data, max_entries=max_entries)

@@ -10,7 +10,7 @@ SLAVE_NOT_AVAILABLE are successes with a warning, not errors).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -26,7 +26,7 @@ from habroker.message import (
 )
 from habroker.metadata import PERM_WRITE
 from habroker.processor.errors import REFUSALS, refusal
-from habroker.processor.headers import Header
+from habroker.processor.headers import INT32, INT64, Header
 from habroker.processor.send_msg_back import RETRY_GROUP_TOPIC_PREFIX, RetryPolicy
 from habroker.remoting import RemotingCommand, RequestCode, ResponseCode
 from habroker.remoting.channel import Channel
@@ -46,6 +46,9 @@ _STATUS_CODES = {
     PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
     PutStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
 }
+
+_INT32_MIN, _INT32_MAX = INT32
+_INT64_MIN, _INT64_MAX = INT64
 
 # SendMessageRequestHeaderV2's one-letter names
 _V2_NAMES = {
@@ -85,6 +88,9 @@ class SendHeader:
     def decode(cls, request: RemotingCommand) -> SendHeader:
         fields = request.ext_fields
         if request.code != RequestCode.SEND_MESSAGE and "b" in fields:
+            fast = cls._decode_v2(request.code, fields)
+            if fast is not None:
+                return fast
             fields = {_V2_NAMES.get(k, k): v for k, v in fields.items()}
             request = RemotingCommand(request.code, ext_fields=fields)
         h = Header(request)
@@ -103,6 +109,50 @@ class SendHeader:
             default_topic_queue_nums=h.opt_int32("defaultTopicQueueNums"),
         )
 
+    @classmethod
+    def _decode_v2(cls, code: int, f: dict[str, str]) -> SendHeader | None:
+        """A SendMessageRequestHeaderV2 as every producer writes it, read without the checked
+        path's renaming and one call a field (a few µs a request on the client port); None
+        for anything else (a missing field, an empty or bad number), which the checked path
+        then refuses or reads with its defaults exactly as before."""
+        try:
+            queue_id, sys_flag, flag = int(f["e"]), int(f["f"]), int(f["h"])
+            born = int(f["g"])
+            reconsume = int(f["j"]) if "j" in f else 0
+            max_reconsume = int(f["l"]) if "l" in f else None
+            queue_nums = int(f["d"]) if "d" in f else None
+        except (KeyError, ValueError):
+            return None
+        if not (
+            _INT32_MIN <= queue_id <= _INT32_MAX
+            and _INT32_MIN <= sys_flag <= _INT32_MAX
+            and _INT32_MIN <= flag <= _INT32_MAX
+            and _INT32_MIN <= reconsume <= _INT32_MAX
+            and _INT64_MIN <= born <= _INT64_MAX
+            and (max_reconsume is None or _INT32_MIN <= max_reconsume <= _INT32_MAX)
+            and (queue_nums is None or _INT32_MIN <= queue_nums <= _INT32_MAX)
+        ):
+            return None
+        group, topic = f.get("a"), f["b"]
+        if group is None:
+            return None
+        batch = f.get("m")
+        return cls(
+            producer_group=group,
+            topic=topic,
+            queue_id=queue_id,
+            sys_flag=sys_flag,
+            born_timestamp=born,
+            flag=flag,
+            properties=f.get("i") or "",
+            reconsume_times=reconsume,
+            max_reconsume_times=max_reconsume,
+            batch=(batch is not None and batch.strip().lower() == "true")
+            or code == RequestCode.SEND_BATCH_MESSAGE,
+            default_topic=f.get("c"),
+            default_topic_queue_nums=queue_nums,
+        )
+
 
 @dataclass(slots=True)
 class _Put:
@@ -110,7 +160,7 @@ class _Put:
 
     topic: str
     queue_id: int | None
-    entries: list[BatchEntry]
+    entries: Sequence[BatchEntry]
     born_host: tuple[str, int]
     options: PutOptions
 

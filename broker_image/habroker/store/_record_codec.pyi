@@ -1,14 +1,25 @@
 from collections.abc import Callable, Collection, Sequence
+from typing import overload
 
 from habroker.message import DispatchTuple
 from habroker.store.consume_queue import Run, WalkState
 from habroker.store.values import BatchEntry
 
+C_CRC: bool
+
+class PackedBatch(Sequence[BatchEntry]):
+    data: bytes | memoryview
+    def __len__(self) -> int: ...
+    @overload
+    def __getitem__(self, i: int) -> BatchEntry: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[BatchEntry]: ...
+
 def split_batch(
     data: bytes | memoryview,
     max_entries: int,
     entry_type: Callable[[int, memoryview, bytes], BatchEntry],
-) -> tuple[list[BatchEntry] | None, tuple[str, int | None] | None]: ...
+) -> tuple[PackedBatch | None, tuple[str, int | None] | None]: ...
 def encode_records(
     topic_tail: bytes,
     queue_id: int,

@@ -9,9 +9,55 @@ bench/analysis.md ("compiled record codec").
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 from habroker.message import body_crc32 as crc32
+
+
+# -- the body CRC without a Python call a message ----------------------------------------------
+# ISA-L's gzip CRC-32 (what ``isal_zlib.crc32`` calls, and zlib's crc32 bit for bit) is
+# exported by the isal package's own extension: taken from there with dlsym when that module
+# is what habroker.message uses, else every body goes through the Python function as before.
+cdef extern from "<dlfcn.h>" nogil:
+    void* dlopen(const char* filename, int flags)
+    void* dlsym(void* handle, const char* symbol)
+    int RTLD_NOW
+    int RTLD_NOLOAD
+
+ctypedef uint32_t (*_crc_fn)(uint32_t, const uint8_t*, uint64_t) noexcept nogil
+cdef _crc_fn _c_crc = NULL
+
+
+cdef _crc_fn _find_isal_crc():
+    try:
+        from isal import isal_zlib
+    except ImportError:
+        return NULL
+    if crc32 is not isal_zlib.crc32:
+        return NULL
+    handle = dlopen(isal_zlib.__file__.encode(), RTLD_NOW | RTLD_NOLOAD)
+    if handle == NULL:
+        return NULL
+    cdef _crc_fn fn = <_crc_fn>dlsym(handle, b"crc32_gzip_refl")
+    if fn == NULL:
+        return NULL
+    probe = b"123456789" * 200
+    if fn(0, <const uint8_t*>PyBytes_AS_STRING(probe), len(probe)) != <uint32_t>crc32(probe):
+        return NULL
+    return fn
+
+
+_c_crc = _find_isal_crc()
+C_CRC = _c_crc != NULL
+"""Whether bodies' CRCs are computed without a Python call (ISA-L's C entry point)."""
+
+
+cdef inline uint32_t _body_crc(const uint8_t* p, Py_ssize_t n, object data, Py_ssize_t at) except? 0xFFFFFFFF:
+    """CRC-32 of ``n`` bytes at ``p`` (``data[at:at + n]``, for the Python function)."""
+    if _c_crc != NULL:
+        return _c_crc(0, p, <uint64_t>n)
+    return <uint32_t>crc32(memoryview(data)[at : at + n])
 
 # ENTRY: totalSize, magic, bodyCRC, flag, bodyLength (5 x int32), body, propertiesLength (int16)
 cdef enum:
@@ -40,9 +86,90 @@ cdef inline void _put64(uint8_t* p, int64_t v) noexcept nogil:
     _put32(p + 4, <uint32_t>v)
 
 
+cdef struct _Packed:
+    Py_ssize_t body_at  # where the body starts in the request
+    Py_ssize_t body_len
+    Py_ssize_t props_at  # where the properties start (after their int16 length)
+    Py_ssize_t props_len
+    int flag
+
+
+cdef class PackedBatch:
+    """A produce batch as the request carried it: the messages' places in its bytes, read
+    once by :func:`split_batch`. A sequence of ``entry_type`` made on demand (a view of the
+    body, the properties' bytes), while the compiled put loops (:func:`record_sizes`,
+    :func:`encode_records`, :func:`encode_entries`, :func:`put_cq_units`) read the bytes
+    themselves: no object a message on the master's hot path."""
+
+    cdef readonly object data
+    cdef const uint8_t[::1] buf
+    cdef _Packed* items
+    cdef Py_ssize_t n, cap
+    cdef object entry_type
+    cdef object view
+
+    def __cinit__(self):
+        self.items = NULL
+        self.n = self.cap = 0
+
+    def __dealloc__(self):
+        PyMem_Free(self.items)
+
+    cdef int _add(self, Py_ssize_t body_at, Py_ssize_t body_len, Py_ssize_t props_at,
+                  Py_ssize_t props_len, int flag) except -1:
+        cdef _Packed* grown
+        if self.n == self.cap:
+            self.cap = self.cap * 2 if self.cap else 32
+            grown = <_Packed*>PyMem_Malloc(self.cap * sizeof(_Packed))
+            if grown == NULL:
+                raise MemoryError()
+            if self.n:
+                memcpy(grown, self.items, self.n * sizeof(_Packed))
+            PyMem_Free(self.items)
+            self.items = grown
+        self.items[self.n] = _Packed(body_at, body_len, props_at, props_len, flag)
+        self.n += 1
+        return 0
+
+    cdef inline const uint8_t* base(self):
+        return &self.buf[0]
+
+    def __len__(self):
+        return self.n
+
+    cdef object _entry(self, Py_ssize_t i):
+        cdef _Packed* e = &self.items[i]
+        props = (
+            PyBytes_FromStringAndSize(<const char*>(&self.buf[0] + e.props_at), e.props_len)
+            if e.props_len
+            else b""
+        )
+        return self.entry_type(e.flag, self.view[e.body_at : e.body_at + e.body_len], props)
+
+    def __getitem__(self, i):
+        cdef Py_ssize_t k
+        if isinstance(i, slice):
+            return [self._entry(k) for k in range(*i.indices(self.n))]
+        k = i
+        if k < 0:
+            k += self.n
+        if not 0 <= k < self.n:
+            raise IndexError("batch index out of range")
+        return self._entry(k)
+
+    def __iter__(self):
+        cdef Py_ssize_t k
+        for k in range(self.n):
+            yield self._entry(k)
+
+    def __repr__(self):
+        return f"PackedBatch({self.n} messages, {self.buf.shape[0]} bytes)"
+
+
 def split_batch(data, Py_ssize_t max_entries, entry_type):
     """``(entries, None)``, or ``(None, (message, index))`` for the first bad entry: the
-    caller raises its own error type (this module knows none of the faces)."""
+    caller raises its own error type (this module knows none of the faces). The entries are
+    a :class:`PackedBatch` of ``entry_type``."""
     cdef const uint8_t[::1] buf = memoryview(data).cast("B")
     view = memoryview(data)
     cdef Py_ssize_t end = buf.shape[0]
@@ -50,21 +177,21 @@ def split_batch(data, Py_ssize_t max_entries, entry_type):
     # 64-bit: a body length near 2**31 must not wrap the checks below (the fuzzer found it)
     cdef Py_ssize_t total, body_len, props_len
     cdef int flag
-    cdef list out = []
+    cdef PackedBatch out = PackedBatch()
     cdef const uint8_t* base
     if end == 0:
         return None, ("empty batch: at least one message is required", None)
     base = &buf[0]
     while pos < end:
         if end - pos < ENTRY_OVERHEAD:
-            return None, (f"truncated entry header ({end - pos} bytes left)", len(out))
+            return None, (f"truncated entry header ({end - pos} bytes left)", out.n)
         total = _i32(base + pos)
         flag = _i32(base + pos + 12)
         body_len = _i32(base + pos + 16)
         if body_len < 0 or total < ENTRY_OVERHEAD + body_len:
-            return None, (f"bad lengths (totalSize={total}, bodyLength={body_len})", len(out))
+            return None, (f"bad lengths (totalSize={total}, bodyLength={body_len})", out.n)
         if total > end - pos:
-            return None, (f"totalSize={total} runs past the end of the request", len(out))
+            return None, (f"totalSize={total} runs past the end of the request", out.n)
         body_start = pos + ENTRY_HEAD
         props_at = body_start + body_len
         props_len = _i16(base + props_at)
@@ -72,18 +199,60 @@ def split_batch(data, Py_ssize_t max_entries, entry_type):
             return None, (
                 f"totalSize={total} does not match bodyLength={body_len} + "
                 f"propertiesLength={props_len}",
-                len(out),
+                out.n,
             )
-        props = (
-            PyBytes_FromStringAndSize(<const char*>(base + props_at + 2), props_len)
-            if props_len
-            else b""
-        )
-        out.append(entry_type(flag, view[body_start:props_at], props))
+        out._add(body_start, body_len, props_at + 2, props_len, flag)
         pos += total
-        if len(out) > max_entries:
+        if out.n > max_entries:
             return None, (f"more than {max_entries} messages in one request", max_entries)
+    out.data = data
+    out.buf = buf
+    out.view = view
+    out.entry_type = entry_type
     return out, None
+
+
+cdef Py_ssize_t _put_raw(
+    uint8_t* p,
+    const uint8_t* body,
+    Py_ssize_t body_len,
+    const uint8_t* props,
+    Py_ssize_t props_len,
+    uint32_t body_crc,
+    int flag,
+    int queue_id,
+    int64_t queue_offset,
+    int64_t phys,
+    const char* block,
+    Py_ssize_t n_shared,
+    const char* tail,
+    Py_ssize_t n_tail,
+    Py_ssize_t record_base,
+) noexcept nogil:
+    """One commit-log record at ``p`` (the buffer was sized for it); its size."""
+    cdef Py_ssize_t at, size = record_base + body_len + props_len
+    _put32(p, <uint32_t>size)
+    _put32(p + 4, 0xDAA320A7)  # MAGIC_V1
+    _put32(p + 8, body_crc & 0x7FFFFFFF)
+    _put32(p + 12, <uint32_t>queue_id)
+    _put32(p + 16, <uint32_t>flag)
+    _put64(p + 20, queue_offset)
+    _put64(p + 28, phys)
+    memcpy(p + RECORD_FIXED_HEAD, block, n_shared)
+    at = RECORD_FIXED_HEAD + n_shared
+    _put32(p + at, <uint32_t>body_len)
+    at += 4
+    if body_len:
+        memcpy(p + at, body, body_len)
+    at += body_len
+    memcpy(p + at, tail, n_tail)
+    at += n_tail
+    p[at] = <uint8_t>(props_len >> 8)
+    p[at + 1] = <uint8_t>props_len
+    at += 2
+    if props_len:
+        memcpy(p + at, props, props_len)
+    return at + props_len
 
 
 cdef Py_ssize_t _put_record(
@@ -98,39 +267,72 @@ cdef Py_ssize_t _put_record(
     Py_ssize_t n_tail,
     Py_ssize_t record_base,
 ) except -1:
-    """One commit-log record at ``p`` (the buffer was sized for it); its size."""
+    """:func:`_put_raw` of an entry object (``flag``, ``body``, ``properties``)."""
     cdef const uint8_t[::1] body
     cdef const uint8_t[::1] props
-    cdef Py_ssize_t at, body_len, props_len, size
+    cdef Py_ssize_t body_len, props_len
     body_obj = entry.body
     props_obj = entry.properties
     body = body_obj
     props = props_obj
     body_len = body.shape[0]
     props_len = props.shape[0]
-    size = record_base + body_len + props_len
-    _put32(p, <uint32_t>size)
-    _put32(p + 4, 0xDAA320A7)  # MAGIC_V1
-    _put32(p + 8, <uint32_t>crc32(body_obj) & 0x7FFFFFFF)
-    _put32(p + 12, <uint32_t>queue_id)
-    _put32(p + 16, <uint32_t><int>entry.flag)
-    _put64(p + 20, queue_offset)
-    _put64(p + 28, phys)
-    memcpy(p + RECORD_FIXED_HEAD, block, n_shared)
-    at = RECORD_FIXED_HEAD + n_shared
-    _put32(p + at, <uint32_t>body_len)
-    at += 4
-    if body_len:
-        memcpy(p + at, &body[0], body_len)
-    at += body_len
-    memcpy(p + at, tail, n_tail)
-    at += n_tail
-    p[at] = <uint8_t>(props_len >> 8)
-    p[at + 1] = <uint8_t>props_len
-    at += 2
-    if props_len:
-        memcpy(p + at, &props[0], props_len)
-    return at + props_len
+    return _put_raw(
+        p,
+        &body[0] if body_len else NULL,
+        body_len,
+        &props[0] if props_len else NULL,
+        props_len,
+        <uint32_t>crc32(body_obj),
+        <int>entry.flag,
+        queue_id,
+        queue_offset,
+        phys,
+        block,
+        n_shared,
+        tail,
+        n_tail,
+        record_base,
+    )
+
+
+cdef Py_ssize_t _put_packed(
+    uint8_t* p,
+    PackedBatch batch,
+    Py_ssize_t i,
+    int queue_id,
+    int64_t queue_offset,
+    int64_t phys,
+    const char* block,
+    Py_ssize_t n_shared,
+    const char* tail,
+    Py_ssize_t n_tail,
+    Py_ssize_t record_base,
+) except -1:
+    """:func:`_put_raw` of a :class:`PackedBatch`'s message ``i``, read from its bytes."""
+    cdef _Packed* e = &batch.items[i]
+    cdef const uint8_t* base = &batch.buf[0]
+    return _put_raw(
+        p,
+        base + e.body_at,
+        e.body_len,
+        base + e.props_at,
+        e.props_len,
+        _body_crc(base + e.body_at, e.body_len, batch.data, e.body_at),
+        e.flag,
+        queue_id,
+        queue_offset,
+        phys,
+        block,
+        n_shared,
+        tail,
+        n_tail,
+        record_base,
+    )
+
+
+cdef inline Py_ssize_t _packed_size(PackedBatch batch, Py_ssize_t i, Py_ssize_t record_base) noexcept:
+    return record_base + batch.items[i].body_len + batch.items[i].props_len
 
 
 def encode_records(
@@ -152,19 +354,36 @@ def encode_records(
             f"record_base {record_base} does not match the layout "
             f"({RECORD_FIXED_HEAD + n_shared + 4 + n_tail + 2} for these blocks)"
         )
-    for entry in entries:
-        total += record_base + len(entry.body) + len(entry.properties)
+    cdef Py_ssize_t i
+    cdef PackedBatch packed = entries if type(entries) is PackedBatch else None
+    if packed is not None:
+        for i in range(packed.n):
+            total += _packed_size(packed, i, record_base)
+    else:
+        for entry in entries:
+            total += record_base + len(entry.body) + len(entry.properties)
     out = PyBytes_FromStringAndSize(NULL, total)
     cdef uint8_t* p = <uint8_t*>PyBytes_AS_STRING(out)
     cdef const char* tail = PyBytes_AS_STRING(topic_tail)
     cdef const char* block = PyBytes_AS_STRING(shared)
-    for entry in entries:
-        size = _put_record(
-            p + at, entry, queue_id, queue_offset, phys, block, n_shared, tail, n_tail, record_base
-        )
-        at += size
-        phys += size
-        queue_offset += 1
+    if packed is not None:
+        for i in range(packed.n):
+            size = _put_packed(
+                p + at, packed, i, queue_id, queue_offset, phys, block, n_shared, tail, n_tail,
+                record_base,
+            )
+            at += size
+            phys += size
+            queue_offset += 1
+    else:
+        for entry in entries:
+            size = _put_record(
+                p + at, entry, queue_id, queue_offset, phys, block, n_shared, tail, n_tail,
+                record_base,
+            )
+            at += size
+            phys += size
+            queue_offset += 1
     if at != total:
         raise ValueError(f"records laid out {at} bytes, planned {total}")
     return [out], phys
@@ -192,11 +411,15 @@ def encode_entries(
     cdef Py_ssize_t record_base = RECORD_FIXED_HEAD + n_shared + 4 + n_tail + 2
     cdef Py_ssize_t n = len(entries), i, total = 0, size, at = 0
     cdef int64_t queue_offset = first_queue_offset, index = first_index, pos
+    cdef PackedBatch packed = entries if type(entries) is PackedBatch else None
     if len(record_sizes) != n or len(positions) != n:
         raise ValueError(f"{n} entries, {len(record_sizes)} sizes, {len(positions)} positions")
     for i in range(n):
-        entry = entries[i]
-        size = record_base + len(entry.body) + len(entry.properties)
+        if packed is not None:
+            size = _packed_size(packed, i, record_base)
+        else:
+            entry = entries[i]
+            size = record_base + len(entry.body) + len(entry.properties)
         if size != <Py_ssize_t>record_sizes[i]:
             raise ValueError(f"entry {i}: a record of {size} bytes, planned {record_sizes[i]}")
         total += DLEDGER_HEAD + size
@@ -219,18 +442,24 @@ def encode_entries(
         _put32(p + at + 40, 0)
         _put32(p + at + 44, <uint32_t>size)
         at += DLEDGER_HEAD
-        at += _put_record(
-            p + at,
-            entries[i],
-            queue_id,
-            queue_offset,
-            pos + DLEDGER_HEAD,
-            block,
-            n_shared,
-            tail,
-            n_tail,
-            record_base,
-        )
+        if packed is not None:
+            at += _put_packed(
+                p + at, packed, i, queue_id, queue_offset, pos + DLEDGER_HEAD, block, n_shared,
+                tail, n_tail, record_base,
+            )
+        else:
+            at += _put_record(
+                p + at,
+                entries[i],
+                queue_id,
+                queue_offset,
+                pos + DLEDGER_HEAD,
+                block,
+                n_shared,
+                tail,
+                n_tail,
+                record_base,
+            )
         queue_offset += 1
         index += 1
     if at != total:
@@ -651,15 +880,25 @@ def put_cq_units(topic, entries, sizes, int64_t phys, int64_t store_timestamp, d
     cdef uint8_t* p = <uint8_t*>PyBytes_AS_STRING(out)
     cdef const uint8_t[::1] view
     cdef int64_t tags
+    cdef PackedBatch packed = entries if type(entries) is PackedBatch else None
     for i in range(n):
-        props = entries[i].properties
         size = <Py_ssize_t>sizes[i]
-        n_props = len(props)
-        if n_props:
-            view = props
-            tags = _tags_code_at(topic, &view[0], n_props, store_timestamp, delay_levels, props)
+        if packed is not None:
+            n_props = packed.items[i].props_len
+            tags = _tags_code_at(
+                topic, &packed.buf[0] + packed.items[i].props_at, n_props, store_timestamp,
+                delay_levels, None,
+            ) if n_props else 0
         else:
-            tags = 0
+            props = entries[i].properties
+            n_props = len(props)
+            if n_props:
+                view = props
+                tags = _tags_code_at(
+                    topic, &view[0], n_props, store_timestamp, delay_levels, props
+                )
+            else:
+                tags = 0
         _put64(p, phys)
         _put32(p + 8, <uint32_t>size)
         _put64(p + 12, tags)
@@ -680,11 +919,16 @@ def record_sizes(
     and properties; None when any entry breaks a limit (``plan_put``'s Python loop then says
     which and why)."""
     cdef Py_ssize_t n = len(entries), i, body_len, props_len, record_len, total = 0
+    cdef PackedBatch packed = entries if type(entries) is PackedBatch else None
     sizes = [0] * n
     for i in range(n):
-        entry = entries[i]
-        body_len = len(entry.body)
-        props_len = len(entry.properties)
+        if packed is not None:
+            body_len = packed.items[i].body_len
+            props_len = packed.items[i].props_len
+        else:
+            entry = entries[i]
+            body_len = len(entry.body)
+            props_len = len(entry.properties)
         if body_len > max_body or props_len > max_props:
             return None
         record_len = record_base + body_len + props_len

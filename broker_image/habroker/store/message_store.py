@@ -20,6 +20,7 @@ import struct
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 
 from habroker.config import BrokerConfig, BrokerRole, FlushDiskType
@@ -473,12 +474,8 @@ class MessageStore:
             plan.total,
         )
         record_offsets: list[int] | None = None
-        if plan.sizes is not None:
-            record_offsets = []
-            at = wrote_offset
-            for size in plan.sizes:
-                record_offsets.append(at)
-                at += size
+        if plan.sizes is not None:  # each record's offset: where the one before it ends
+            record_offsets = list(accumulate(plan.sizes[:-1], initial=wrote_offset))
         self._queue_offsets[(topic, queue_id)] = plan.queue_offset + len(entries)
         if self.reput.reput_from_offset == wrote_offset:
             self._dispatch_put(topic, queue_id, entries, wrote_offset, plan)
