@@ -131,9 +131,6 @@ cdef class PackedBatch:
         self.n += 1
         return 0
 
-    cdef inline const uint8_t* base(self):
-        return &self.buf[0]
-
     def __len__(self):
         return self.n
 
@@ -212,41 +209,58 @@ def split_batch(data, Py_ssize_t max_entries, entry_type):
     return out, None
 
 
+# what every record of a batch shares: its queue, the block from SYSFLAG to
+# PREPAREDTRANSACTIONOFFSET, the topic (length byte + topic), a record's size without body and
+# properties
+cdef struct _Layout:
+    int queue_id
+    const char* block
+    Py_ssize_t n_shared
+    const char* tail
+    Py_ssize_t n_tail
+    Py_ssize_t record_base
+
+
+cdef int _layout(_Layout* lay, int queue_id, bytes topic_tail, bytes shared) except -1:
+    lay.queue_id = queue_id
+    lay.block = PyBytes_AS_STRING(shared)
+    lay.n_shared = len(shared)
+    lay.tail = PyBytes_AS_STRING(topic_tail)
+    lay.n_tail = len(topic_tail)
+    lay.record_base = RECORD_FIXED_HEAD + lay.n_shared + 4 + lay.n_tail + 2
+    return 0
+
+
 cdef Py_ssize_t _put_raw(
     uint8_t* p,
+    const _Layout* lay,
     const uint8_t* body,
     Py_ssize_t body_len,
     const uint8_t* props,
     Py_ssize_t props_len,
     uint32_t body_crc,
     int flag,
-    int queue_id,
     int64_t queue_offset,
     int64_t phys,
-    const char* block,
-    Py_ssize_t n_shared,
-    const char* tail,
-    Py_ssize_t n_tail,
-    Py_ssize_t record_base,
 ) noexcept nogil:
     """One commit-log record at ``p`` (the buffer was sized for it); its size."""
-    cdef Py_ssize_t at, size = record_base + body_len + props_len
+    cdef Py_ssize_t at, size = lay.record_base + body_len + props_len
     _put32(p, <uint32_t>size)
     _put32(p + 4, 0xDAA320A7)  # MAGIC_V1
     _put32(p + 8, body_crc & 0x7FFFFFFF)
-    _put32(p + 12, <uint32_t>queue_id)
+    _put32(p + 12, <uint32_t>lay.queue_id)
     _put32(p + 16, <uint32_t>flag)
     _put64(p + 20, queue_offset)
     _put64(p + 28, phys)
-    memcpy(p + RECORD_FIXED_HEAD, block, n_shared)
-    at = RECORD_FIXED_HEAD + n_shared
+    memcpy(p + RECORD_FIXED_HEAD, lay.block, lay.n_shared)
+    at = RECORD_FIXED_HEAD + lay.n_shared
     _put32(p + at, <uint32_t>body_len)
     at += 4
     if body_len:
         memcpy(p + at, body, body_len)
     at += body_len
-    memcpy(p + at, tail, n_tail)
-    at += n_tail
+    memcpy(p + at, lay.tail, lay.n_tail)
+    at += lay.n_tail
     p[at] = <uint8_t>(props_len >> 8)
     p[at + 1] = <uint8_t>props_len
     at += 2
@@ -255,84 +269,62 @@ cdef Py_ssize_t _put_raw(
     return at + props_len
 
 
-cdef Py_ssize_t _put_record(
+cdef Py_ssize_t _put_message(
     uint8_t* p,
-    entry,
-    int queue_id,
+    const _Layout* lay,
+    entries,
+    PackedBatch packed,
+    Py_ssize_t i,
     int64_t queue_offset,
     int64_t phys,
-    const char* block,
-    Py_ssize_t n_shared,
-    const char* tail,
-    Py_ssize_t n_tail,
-    Py_ssize_t record_base,
 ) except -1:
-    """:func:`_put_raw` of an entry object (``flag``, ``body``, ``properties``)."""
+    """:func:`_put_raw` of message ``i``: read from a :class:`PackedBatch`'s bytes when
+    ``packed`` is the batch, else from the entry object (``flag``, ``body``, ``properties``)."""
+    cdef _Packed* e
+    cdef const uint8_t* base
     cdef const uint8_t[::1] body
     cdef const uint8_t[::1] props
     cdef Py_ssize_t body_len, props_len
+    if packed is not None:
+        e = &packed.items[i]
+        base = &packed.buf[0]
+        return _put_raw(
+            p,
+            lay,
+            base + e.body_at,
+            e.body_len,
+            base + e.props_at,
+            e.props_len,
+            _body_crc(base + e.body_at, e.body_len, packed.data, e.body_at),
+            e.flag,
+            queue_offset,
+            phys,
+        )
+    entry = entries[i]
     body_obj = entry.body
-    props_obj = entry.properties
     body = body_obj
-    props = props_obj
+    props = entry.properties
     body_len = body.shape[0]
     props_len = props.shape[0]
     return _put_raw(
         p,
+        lay,
         &body[0] if body_len else NULL,
         body_len,
         &props[0] if props_len else NULL,
         props_len,
         <uint32_t>crc32(body_obj),
         <int>entry.flag,
-        queue_id,
         queue_offset,
         phys,
-        block,
-        n_shared,
-        tail,
-        n_tail,
-        record_base,
     )
 
 
-cdef Py_ssize_t _put_packed(
-    uint8_t* p,
-    PackedBatch batch,
-    Py_ssize_t i,
-    int queue_id,
-    int64_t queue_offset,
-    int64_t phys,
-    const char* block,
-    Py_ssize_t n_shared,
-    const char* tail,
-    Py_ssize_t n_tail,
-    Py_ssize_t record_base,
-) except -1:
-    """:func:`_put_raw` of a :class:`PackedBatch`'s message ``i``, read from its bytes."""
-    cdef _Packed* e = &batch.items[i]
-    cdef const uint8_t* base = &batch.buf[0]
-    return _put_raw(
-        p,
-        base + e.body_at,
-        e.body_len,
-        base + e.props_at,
-        e.props_len,
-        _body_crc(base + e.body_at, e.body_len, batch.data, e.body_at),
-        e.flag,
-        queue_id,
-        queue_offset,
-        phys,
-        block,
-        n_shared,
-        tail,
-        n_tail,
-        record_base,
-    )
-
-
-cdef inline Py_ssize_t _packed_size(PackedBatch batch, Py_ssize_t i, Py_ssize_t record_base) noexcept:
-    return record_base + batch.items[i].body_len + batch.items[i].props_len
+cdef Py_ssize_t _message_size(entries, PackedBatch packed, Py_ssize_t i, Py_ssize_t record_base):
+    if packed is not None:
+        return record_base + packed.items[i].body_len + packed.items[i].props_len
+    entry = entries[i]
+    return record_base + len(entry.body) + len(entry.properties)
 
 
 def encode_records(
@@ -345,45 +337,24 @@ def encode_records(
     int64_t phys,
 ):
     """The batch's records in one buffer, and the offset after them."""
-    cdef Py_ssize_t n_tail = len(topic_tail), n_shared = len(shared)
-    cdef Py_ssize_t total = 0, size, at = 0
-    cdef int64_t queue_offset = first_queue_offset
-    if record_base != RECORD_FIXED_HEAD + n_shared + 4 + n_tail + 2:
+    cdef _Layout lay
+    _layout(&lay, queue_id, topic_tail, shared)
+    if record_base != lay.record_base:
         # the buffer is sized from record_base: a wrong one must not write past it
         raise ValueError(
             f"record_base {record_base} does not match the layout "
-            f"({RECORD_FIXED_HEAD + n_shared + 4 + n_tail + 2} for these blocks)"
+            f"({lay.record_base} for these blocks)"
         )
-    cdef Py_ssize_t i
     cdef PackedBatch packed = entries if type(entries) is PackedBatch else None
-    if packed is not None:
-        for i in range(packed.n):
-            total += _packed_size(packed, i, record_base)
-    else:
-        for entry in entries:
-            total += record_base + len(entry.body) + len(entry.properties)
+    cdef Py_ssize_t n = len(entries), i, total = 0, size, at = 0
+    for i in range(n):
+        total += _message_size(entries, packed, i, record_base)
     out = PyBytes_FromStringAndSize(NULL, total)
     cdef uint8_t* p = <uint8_t*>PyBytes_AS_STRING(out)
-    cdef const char* tail = PyBytes_AS_STRING(topic_tail)
-    cdef const char* block = PyBytes_AS_STRING(shared)
-    if packed is not None:
-        for i in range(packed.n):
-            size = _put_packed(
-                p + at, packed, i, queue_id, queue_offset, phys, block, n_shared, tail, n_tail,
-                record_base,
-            )
-            at += size
-            phys += size
-            queue_offset += 1
-    else:
-        for entry in entries:
-            size = _put_record(
-                p + at, entry, queue_id, queue_offset, phys, block, n_shared, tail, n_tail,
-                record_base,
-            )
-            at += size
-            phys += size
-            queue_offset += 1
+    for i in range(n):
+        size = _put_message(p + at, &lay, entries, packed, i, first_queue_offset + i, phys)
+        at += size
+        phys += size
     if at != total:
         raise ValueError(f"records laid out {at} bytes, planned {total}")
     return [out], phys
@@ -407,26 +378,20 @@ def encode_entries(
 ):
     """A batch's DLedger entries in one buffer, one memoryview of it per entry: the entry
     header (magic 1, no CRCs) and the record whose PHYSICALOFFSET is the entry's position + 48."""
-    cdef Py_ssize_t n_tail = len(topic_tail), n_shared = len(shared)
-    cdef Py_ssize_t record_base = RECORD_FIXED_HEAD + n_shared + 4 + n_tail + 2
+    cdef _Layout lay
+    _layout(&lay, queue_id, topic_tail, shared)
     cdef Py_ssize_t n = len(entries), i, total = 0, size, at = 0
-    cdef int64_t queue_offset = first_queue_offset, index = first_index, pos
+    cdef int64_t pos
     cdef PackedBatch packed = entries if type(entries) is PackedBatch else None
     if len(record_sizes) != n or len(positions) != n:
         raise ValueError(f"{n} entries, {len(record_sizes)} sizes, {len(positions)} positions")
     for i in range(n):
-        if packed is not None:
-            size = _packed_size(packed, i, record_base)
-        else:
-            entry = entries[i]
-            size = record_base + len(entry.body) + len(entry.properties)
+        size = _message_size(entries, packed, i, lay.record_base)
         if size != <Py_ssize_t>record_sizes[i]:
             raise ValueError(f"entry {i}: a record of {size} bytes, planned {record_sizes[i]}")
         total += DLEDGER_HEAD + size
     out = PyBytes_FromStringAndSize(NULL, total)
     cdef uint8_t* p = <uint8_t*>PyBytes_AS_STRING(out)
-    cdef const char* tail = PyBytes_AS_STRING(topic_tail)
-    cdef const char* block = PyBytes_AS_STRING(shared)
     starts = []
     for i in range(n):
         pos = positions[i]
@@ -434,7 +399,7 @@ def encode_entries(
         starts.append(at)
         _put32(p + at, 1)  # CURRENT_MAGIC (DLedger 0.2+: MAGIC_1)
         _put32(p + at + 4, <uint32_t>(DLEDGER_HEAD + size))
-        _put64(p + at + 8, index)
+        _put64(p + at + 8, first_index + i)
         _put64(p + at + 16, term)
         _put64(p + at + 24, pos)
         _put32(p + at + 32, 0)
@@ -442,26 +407,9 @@ def encode_entries(
         _put32(p + at + 40, 0)
         _put32(p + at + 44, <uint32_t>size)
         at += DLEDGER_HEAD
-        if packed is not None:
-            at += _put_packed(
-                p + at, packed, i, queue_id, queue_offset, pos + DLEDGER_HEAD, block, n_shared,
-                tail, n_tail, record_base,
-            )
-        else:
-            at += _put_record(
-                p + at,
-                entries[i],
-                queue_id,
-                queue_offset,
-                pos + DLEDGER_HEAD,
-                block,
-                n_shared,
-                tail,
-                n_tail,
-                record_base,
-            )
-        queue_offset += 1
-        index += 1
+        at += _put_message(
+            p + at, &lay, entries, packed, i, first_queue_offset + i, pos + DLEDGER_HEAD
+        )
     if at != total:
         raise ValueError(f"entries laid out {at} bytes, planned {total}")
     view = memoryview(out)
